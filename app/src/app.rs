@@ -1,0 +1,70 @@
+use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
+use leptos_router::{
+    components::{ParentRoute, Route, Router, Routes},
+    path, SsrMode,
+};
+
+use crate::{
+    components::Layout,
+    pages::{
+        AlertsPage, ApprovalsPage, AuditLogPage, LoginPage, NotFoundPage, OperatorsPage,
+        OverviewPage, ReconciliationPage, VaultKeysPage,
+    },
+};
+
+/// The HTML document the server renders around the app.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <meta name="color-scheme" content="light"/>
+                <HydrationScripts options/>
+                <MetaTags/>
+            </head>
+            <body>
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+/// Every page renders completely on the server before it is sent
+/// (`SsrMode::Async`), so the console reads the same with JavaScript off.
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    mark_hydrated();
+
+    view! {
+        <Stylesheet id="vaultcap" href="/pkg/vaultcap.css"/>
+        <Title formatter=|page: String| format!("{page} · Vaultcap")/>
+        <Router>
+            <Routes fallback=|| view! { <NotFoundPage/> }>
+                <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
+                <ParentRoute path=path!("") view=Layout ssr=SsrMode::Async>
+                    <Route path=path!("") view=OverviewPage/>
+                    <Route path=path!("/keys") view=VaultKeysPage/>
+                    <Route path=path!("/alerts") view=AlertsPage/>
+                    <Route path=path!("/audit") view=AuditLogPage/>
+                    <Route path=path!("/reconciliation") view=ReconciliationPage/>
+                    <Route path=path!("/approvals") view=ApprovalsPage/>
+                    <Route path=path!("/operators") view=OperatorsPage/>
+                </ParentRoute>
+            </Routes>
+        </Router>
+    }
+}
+
+/// Sets `data-hydrated` on `<body>` once the browser bundle has taken over,
+/// so browser tests know when client-side behaviour is live.
+fn mark_hydrated() {
+    Effect::new(move |_| {
+        if let Some(body) = document().body() {
+            let _ = body.set_attribute("data-hydrated", "true");
+        }
+    });
+}

@@ -1,0 +1,74 @@
+use leptos::prelude::*;
+use leptos_router::components::{Outlet, A};
+
+use super::{ErrorPanel, NoticeBanner};
+use crate::{
+    domain::{Me, Notice, Role},
+    server_fns::{get_me, take_notice},
+};
+
+/// The console's frame: brand, navigation, who is signed in, sign-out, the
+/// one-time notice, and the page. Provides the signed-in [`Me`] to pages.
+#[component]
+pub fn Layout() -> impl IntoView {
+    let me = OnceResource::new(get_me());
+    let notice = OnceResource::new(take_notice());
+    view! {
+        <Suspense>
+            {move || Suspend::new(async move {
+                match me.await {
+                    Ok(Some(me)) => {
+                        provide_context(me.clone());
+                        let notice = notice.await.ok().flatten();
+                        view! { <Frame me notice/> }.into_any()
+                    }
+                    // The server sends anonymous visitors to the sign-in page
+                    // before rendering; this covers a session that ended while
+                    // the page was open.
+                    Ok(None) => view! {
+                        <main class="centered">
+                            <p>"Your session has ended. " <a href="/login">"Sign in again"</a></p>
+                        </main>
+                    }.into_any(),
+                    Err(error) => view! { <main class="centered"><ErrorPanel error/></main> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn Frame(me: Me, notice: Option<Notice>) -> impl IntoView {
+    let is_admin = me.role.allows(Role::Admin);
+    view! {
+        <div class="frame">
+            <header class="topbar">
+                <a class="brand" href="/">"Vaultcap"</a>
+                <div class="whoami">
+                    <span class="who" data-testid="signed-in-as">{me.email.clone()}</span>
+                    <span class="role-badge">{me.role.as_str()}</span>
+                    <form method="post" action="/auth/logout">
+                        <button type="submit" class="button button-quiet">"Sign out"</button>
+                    </form>
+                </div>
+            </header>
+            <nav class="sidenav" aria-label="Main">
+                <ul>
+                    <li><A href="/" exact=true>"Overview"</A></li>
+                    <li><A href="/keys">"Vault keys"</A></li>
+                    <li><A href="/alerts">"Alerts"</A></li>
+                    <li><A href="/audit">"Audit log"</A></li>
+                    <li><A href="/reconciliation">"Reconciliation"</A></li>
+                    <li><A href="/approvals">"Approvals"</A></li>
+                    <Show when=move || is_admin>
+                        <li><A href="/operators">"Operators"</A></li>
+                    </Show>
+                </ul>
+            </nav>
+            <main class="content" id="main">
+                {notice.map(|notice| view! { <NoticeBanner notice/> })}
+                <Outlet/>
+            </main>
+        </div>
+    }
+}

@@ -1,0 +1,32 @@
+//! Pieces several pages use.
+
+mod amount;
+mod layout;
+mod notice_banner;
+mod require_role;
+mod upcoming;
+
+pub use amount::Amount;
+pub use layout::Layout;
+pub use notice_banner::NoticeBanner;
+pub use require_role::RequireRole;
+pub use upcoming::Upcoming;
+
+use leptos::prelude::*;
+
+use crate::error::AppError;
+
+/// A failed load, said plainly, with the way forward.
+#[component]
+pub fn ErrorPanel(error: AppError) -> impl IntoView {
+    view! {
+        <div class="panel panel-error" role="alert">
+            <p>{error.to_string()}</p>
+        </div>
+    }
+}
+
+/// Formats a UTC time the same way everywhere: `2026-07-31 23:59 UTC`.
+pub fn utc(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M UTC").to_string()
+}

@@ -1,0 +1,173 @@
+//! Types both the server and the browser use. Parsed once at the edge,
+//! impossible to misuse after; no I/O here.
+
+mod email;
+mod money;
+mod period;
+mod role;
+
+pub use email::Email;
+pub use money::{Cents, Currency};
+pub use period::BillingPeriod;
+pub use role::Role;
+
+use serde::{Deserialize, Serialize};
+
+/// The signed-in operator, as the console shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Me {
+    pub id: i64,
+    pub email: String,
+    pub role: Role,
+}
+
+/// Why a value from outside was refused: a message a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub String);
+
+impl ParseError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+/// A one-time message shown at the top of the next page after a form was
+/// submitted (post/redirect/get). `secret` holds something shown only this
+/// once, such as a generated password.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notice {
+    pub kind: NoticeKind,
+    pub message: String,
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NoticeKind {
+    Success,
+    Error,
+}
+
+impl Notice {
+    pub fn success(message: impl Into<String>) -> Self {
+        Self {
+            kind: NoticeKind::Success,
+            message: message.into(),
+            secret: None,
+        }
+    }
+
+    pub fn error(message: impl Into<String>) -> Self {
+        Self {
+            kind: NoticeKind::Error,
+            message: message.into(),
+            secret: None,
+        }
+    }
+
+    pub fn with_secret(mut self, secret: String) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+}
+
+/// An operator as the Operators page lists them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorSummary {
+    pub id: i64,
+    pub email: String,
+    pub role: Role,
+    pub disabled: bool,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Whether a vault key can still be used, derived from its revocation and
+/// expiry (never stored, so it cannot go stale).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyStatus {
+    Active,
+    Revoked,
+    Expired,
+}
+
+impl KeyStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyStatus::Active => "active",
+            KeyStatus::Revoked => "revoked",
+            KeyStatus::Expired => "expired",
+        }
+    }
+}
+
+impl std::str::FromStr for KeyStatus {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "active" => Ok(KeyStatus::Active),
+            "revoked" => Ok(KeyStatus::Revoked),
+            "expired" => Ok(KeyStatus::Expired),
+            other => Err(ParseError::new(format!("unknown key status {other:?}"))),
+        }
+    }
+}
+
+impl TryFrom<String> for KeyStatus {
+    type Error = ParseError;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        value.parse()
+    }
+}
+
+/// A vault key as lists show it (never its secret: only the prefix).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeySummary {
+    pub id: i64,
+    pub label: String,
+    pub secret_prefix: String,
+    pub billing_period: String,
+    pub currency: Currency,
+    pub expected_total: Cents,
+    pub cap: Cents,
+    pub spent: Cents,
+    pub reserved: Cents,
+    pub status: KeyStatus,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl KeySummary {
+    /// `(spent + reserved) / cap` in whole percent, rounded down.
+    pub fn utilization_pct(&self) -> i64 {
+        Cents(self.spent.0 + self.reserved.0).percent_of(self.cap)
+    }
+}
+
+/// One currency's totals over a billing period's keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeriodTotals {
+    pub currency: Currency,
+    pub keys: i64,
+    pub active_keys: i64,
+    pub expected_total: Cents,
+    pub cap: Cents,
+    pub spent: Cents,
+    pub reserved: Cents,
+}
+
+/// What the overview shows for one billing period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overview {
+    pub period: BillingPeriod,
+    pub totals: Vec<PeriodTotals>,
+    pub billing_records: i64,
+    pub billed_customers_amount: Vec<(Currency, Cents)>,
+}
+
+/// Whether a `next` address is a path on this site, safe to redirect to
+/// after sign-in (not `//evil.example` or `https://…`).
+pub fn is_local_path(path: &str) -> bool {
+    path.starts_with('/') && !path.starts_with("//") && !path.starts_with("/\\")
+}

@@ -1,0 +1,131 @@
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::ParseError;
+
+/// An amount of money in the currency's minor unit (cents for USD). Money is
+/// never a float anywhere in Vaultcap.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct Cents(pub i64);
+
+/// An ISO 4217 currency code, lower-case as Stripe writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Currency(String);
+
+/// Stripe's zero-decimal currencies: their minor unit is the whole unit.
+const ZERO_DECIMAL: [&str; 16] = [
+    "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv",
+    "xaf", "xof", "xpf",
+];
+
+impl Currency {
+    pub fn parse(raw: &str) -> Result<Self, ParseError> {
+        let code = raw.trim().to_ascii_lowercase();
+        if code.len() == 3 && code.bytes().all(|b| b.is_ascii_lowercase()) {
+            Ok(Self(code))
+        } else {
+            Err(ParseError::new(format!(
+                "{:?} is not a currency code: use three letters such as usd or eur",
+                raw.trim()
+            )))
+        }
+    }
+
+    pub fn usd() -> Self {
+        Self("usd".into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// How many digits follow the decimal point when the amount is shown.
+    pub fn exponent(&self) -> u32 {
+        if ZERO_DECIMAL.contains(&self.0.as_str()) {
+            0
+        } else {
+            2
+        }
+    }
+}
+
+impl fmt::Display for Currency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.to_ascii_uppercase())
+    }
+}
+
+impl Cents {
+    /// `1234567` in USD → `"12,345.67"`: grouped thousands, the currency's
+    /// decimals, no currency sign (the code is shown beside it).
+    pub fn format(self, currency: &Currency) -> String {
+        let exponent = currency.exponent();
+        let divisor = 10u64.pow(exponent);
+        let magnitude = self.0.unsigned_abs();
+        let (whole, fraction) = (magnitude / divisor, magnitude % divisor);
+        let digits = whole.to_string();
+        let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+        for (i, digit) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                grouped.push(',');
+            }
+            grouped.push(digit);
+        }
+        let sign = if self.0 < 0 { "-" } else { "" };
+        if exponent == 0 {
+            format!("{sign}{grouped}")
+        } else {
+            format!(
+                "{sign}{grouped}.{fraction:0width$}",
+                width = exponent as usize
+            )
+        }
+    }
+
+    /// Utilization of `self` against `cap` in whole percent, rounded down so
+    /// that 89.99 % never shows as 90 %.
+    pub fn percent_of(self, cap: Cents) -> i64 {
+        if cap.0 <= 0 {
+            return 0;
+        }
+        (i128::from(self.0) * 100 / i128::from(cap.0)) as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_are_grouped_and_show_the_currency_decimals() {
+        let usd = Currency::usd();
+        assert_eq!(Cents(0).format(&usd), "0.00");
+        assert_eq!(Cents(5).format(&usd), "0.05");
+        assert_eq!(Cents(123_456_789).format(&usd), "1,234,567.89");
+        assert_eq!(Cents(-100_000).format(&usd), "-1,000.00");
+        assert_eq!(
+            Cents(1_234_567).format(&Currency::parse("JPY").unwrap()),
+            "1,234,567"
+        );
+        assert_eq!(Cents(i64::MIN).format(&usd), "-92,233,720,368,547,758.08");
+    }
+
+    #[test]
+    fn currency_codes_are_three_letters() {
+        assert_eq!(Currency::parse(" EUR ").unwrap().as_str(), "eur");
+        for bad in ["", "eu", "euro", "e1r", "€€€"] {
+            assert!(Currency::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn utilization_rounds_down() {
+        assert_eq!(Cents(8_999).percent_of(Cents(10_000)), 89);
+        assert_eq!(Cents(9_000).percent_of(Cents(10_000)), 90);
+        assert_eq!(Cents(1).percent_of(Cents(0)), 0);
+        assert_eq!(Cents(i64::MAX).percent_of(Cents(i64::MAX)), 100);
+    }
+}

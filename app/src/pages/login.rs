@@ -1,0 +1,51 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+use crate::domain::is_local_path;
+
+/// The sign-in form. It posts to `/auth/login` as a plain HTML form, so it
+/// behaves the same with or without JavaScript; the server redirects back
+/// here with `?error=…` when sign-in fails.
+#[component]
+pub fn LoginPage() -> impl IntoView {
+    let query = use_query_map();
+    let param = move |name: &str| query.with_untracked(|q| q.get(name));
+    let next = param("next")
+        .filter(|next| is_local_path(next))
+        .unwrap_or_default();
+    let minutes = param("minutes")
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(15);
+    let error = param("error").map(|code| match code.as_str() {
+        "invalid" => "Email or password is incorrect.".to_string(),
+        "throttled" => format!("Too many failed sign-in attempts. Try again in {minutes} minutes."),
+        "disabled" => "This account is disabled. Ask an administrator to enable it.".to_string(),
+        "expired" => "Your session expired. Sign in again.".to_string(),
+        "form" => "Enter your email and password.".to_string(),
+        _ => "Sign-in failed. Try again.".to_string(),
+    });
+    let signed_out = param("signed_out").is_some();
+
+    view! {
+        <Title text="Sign in"/>
+        <main class="login">
+            <form class="login-card" method="post" action="/auth/login">
+                <h1 class="brand">"Vaultcap"</h1>
+                <p class="hint">"Spend governance for Stripe billing"</p>
+                {error.map(|message| view! {
+                    <div class="notice notice-error" role="alert"><p>{message}</p></div>
+                })}
+                {signed_out.then(|| view! {
+                    <div class="notice notice-success" role="status"><p>"You have signed out."</p></div>
+                })}
+                <input type="hidden" name="next" value=next/>
+                <label for="email">"Email"</label>
+                <input id="email" name="email" type="email" autocomplete="username" required autofocus/>
+                <label for="password">"Password"</label>
+                <input id="password" name="password" type="password" autocomplete="current-password" required/>
+                <button type="submit" class="button button-primary">"Sign in"</button>
+            </form>
+        </main>
+    }
+}

@@ -1,0 +1,21 @@
+//! One file per page.
+
+mod alerts;
+mod approvals;
+mod audit_log;
+mod login;
+mod not_found;
+mod operators;
+mod overview;
+mod reconciliation;
+mod vault_keys;
+
+pub use alerts::AlertsPage;
+pub use approvals::ApprovalsPage;
+pub use audit_log::AuditLogPage;
+pub use login::LoginPage;
+pub use not_found::NotFoundPage;
+pub use operators::OperatorsPage;
+pub use overview::OverviewPage;
+pub use reconciliation::ReconciliationPage;
+pub use vault_keys::VaultKeysPage;

@@ -1,0 +1,78 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use crate::{
+    components::{utc, Amount, ErrorPanel, RequireRole},
+    domain::{KeySummary, Role},
+    server_fns::list_vault_keys,
+};
+
+#[component]
+pub fn VaultKeysPage() -> impl IntoView {
+    let keys = OnceResource::new(list_vault_keys());
+    view! {
+        <Title text="Vault keys"/>
+        <RequireRole role=Role::Viewer>
+            <h1>"Vault keys"</h1>
+            <Suspense>
+                {move || Suspend::new(async move {
+                    match keys.await {
+                        Ok(keys) if keys.is_empty() => view! {
+                            <section class="panel">
+                                <p>"No vault keys yet."</p>
+                                <p class="hint">"Billing jobs request a key from the key API before each run."</p>
+                            </section>
+                        }.into_any(),
+                        Ok(keys) => view! { <KeyTable keys/> }.into_any(),
+                        Err(error) => view! { <ErrorPanel error/> }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </RequireRole>
+    }
+}
+
+#[component]
+fn KeyTable(keys: Vec<KeySummary>) -> impl IntoView {
+    view! {
+        <table class="data">
+            <thead>
+                <tr>
+                    <th scope="col">"Period"</th>
+                    <th scope="col">"Label"</th>
+                    <th scope="col">"Key"</th>
+                    <th scope="col">"Status"</th>
+                    <th scope="col" class="num">"Cap"</th>
+                    <th scope="col" class="num">"Spent"</th>
+                    <th scope="col" class="num">"Reserved"</th>
+                    <th scope="col" class="num">"Utilization"</th>
+                    <th scope="col">"Expires"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {keys.into_iter().map(|key| {
+                    let pct = key.utilization_pct();
+                    let level = if pct >= 90 { "high" } else if pct >= 75 { "warn" } else { "ok" };
+                    view! {
+                        <tr>
+                            <td>{key.billing_period.clone()}</td>
+                            <td>{key.label.clone()}</td>
+                            <td><code>{key.secret_prefix.clone()} "…"</code></td>
+                            <td><span class=format!("status status-{}", key.status.as_str())>{key.status.as_str()}</span></td>
+                            <td class="num"><Amount cents=key.cap currency=key.currency.clone()/></td>
+                            <td class="num"><Amount cents=key.spent currency=key.currency.clone()/></td>
+                            <td class="num"><Amount cents=key.reserved currency=key.currency.clone()/></td>
+                            <td class="num">
+                                <span class=format!("util util-{level}")>
+                                    <meter min="0" max="100" value=pct.min(100) aria-label="Utilization"></meter>
+                                    {pct} " %"
+                                </span>
+                            </td>
+                            <td>{utc(key.expires_at)}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
+}

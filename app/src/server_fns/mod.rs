@@ -1,0 +1,13 @@
+//! Server functions: each authenticates, makes one call into `ssr::data` or
+//! `ssr::accounts`, and maps the result. Mutations are plain HTML forms
+//! handled by the server crate, so every page works without JavaScript.
+
+mod me;
+mod operators;
+mod overview;
+mod vault_keys;
+
+pub use me::{get_me, take_notice, GetMe, TakeNotice};
+pub use operators::{list_operators, ListOperators};
+pub use overview::{get_overview, GetOverview};
+pub use vault_keys::{list_vault_keys, ListVaultKeys};

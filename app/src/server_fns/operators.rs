@@ -1,0 +1,12 @@
+use leptos::prelude::*;
+
+use crate::{domain::OperatorSummary, error::AppError};
+
+#[server]
+pub async fn list_operators() -> Result<Vec<OperatorSummary>, AppError> {
+    use crate::{domain::Role, ssr};
+    ssr::auth::require(Role::Admin)?;
+    let state = expect_context::<ssr::AppState>();
+    let operators = ssr::data::operators::list(&state.pool).await?;
+    Ok(operators.iter().map(|op| op.summary()).collect())
+}

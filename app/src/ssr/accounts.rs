@@ -1,0 +1,302 @@
+//! Operator accounts: sign-in, adding operators, roles and disabling. The
+//! console's handlers and the command line both call these, so the rules
+//! (last admin, self-lockout, throttling) live in one place.
+
+use std::net::IpAddr;
+
+use chrono::Utc;
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::{
+    auth::{
+        burn_verification_time, check_password_strength, generate_password, hash_password,
+        verify_password,
+    },
+    data::{
+        actions::{self, Actor},
+        login_failures,
+        operators::{self, InsertError, OperatorRow},
+    },
+    AuthConfig,
+};
+use crate::{
+    domain::{Email, Role},
+    error::AppError,
+};
+
+/// Why a sign-in was refused. Deliberately coarse: an unknown email and a
+/// wrong password look the same to the person signing in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignInError {
+    #[error("Email or password is incorrect.")]
+    Invalid,
+    #[error("Too many failed sign-in attempts. Try again in {minutes} minutes.")]
+    Throttled { minutes: i64 },
+    #[error("This account is disabled. Ask an administrator to enable it.")]
+    Disabled,
+    #[error("Something went wrong on our side; it has been logged. Try again in a moment.")]
+    Internal,
+}
+
+impl From<sqlx::Error> for SignInError {
+    fn from(err: sqlx::Error) -> Self {
+        tracing::error!(error = %err, "database error during sign-in");
+        SignInError::Internal
+    }
+}
+
+pub async fn sign_in(
+    pool: &PgPool,
+    config: &AuthConfig,
+    raw_email: &str,
+    password: String,
+    ip: Option<IpAddr>,
+) -> Result<OperatorRow, SignInError> {
+    // Count failures against the normalised address when there is one, so
+    // "Ana@x.com" and "ana@x.com" share a budget.
+    let email = Email::parse(raw_email);
+    let throttle_key = email
+        .as_ref()
+        .map(|e| e.as_str().to_owned())
+        .unwrap_or_else(|_| raw_email.trim().to_lowercase());
+    let now = Utc::now();
+    let (account_failures, ip_failures) =
+        login_failures::count_since(pool, &throttle_key, ip, now - config.throttle_window).await?;
+    if account_failures >= config.max_failures_per_account
+        || ip_failures >= config.max_failures_per_ip
+    {
+        return Err(SignInError::Throttled {
+            minutes: config.throttle_window.num_minutes(),
+        });
+    }
+
+    let operator = match &email {
+        Ok(email) => operators::find_by_email(pool, email).await?,
+        Err(_) => None,
+    };
+    // Argon2 is deliberately slow: keep it off the async workers.
+    let verified = tokio_blocking(move || match operator {
+        Some(op) if verify_password(&password, &op.password_hash) => Some(op),
+        Some(_) => None,
+        None => {
+            burn_verification_time(&password);
+            None
+        }
+    })
+    .await?;
+
+    let Some(operator) = verified else {
+        login_failures::record(pool, &throttle_key, ip).await?;
+        return Err(SignInError::Invalid);
+    };
+    if operator.disabled_at.is_some() {
+        return Err(SignInError::Disabled);
+    }
+    login_failures::clear(pool, &throttle_key, now - config.throttle_window).await?;
+    actions::record(
+        pool,
+        Actor::Operator {
+            id: operator.id,
+            ip,
+        },
+        "sign_in",
+        "operator",
+        Some(operator.id.to_string()),
+        json!({}),
+    )
+    .await?;
+    Ok(operator)
+}
+
+async fn tokio_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SignInError> {
+    tokio::task::spawn_blocking(f).await.map_err(|err| {
+        tracing::error!(error = %err, "password verification task failed");
+        SignInError::Internal
+    })
+}
+
+/// A new operator. Without a password one is generated and returned, to be
+/// shown once.
+pub async fn add_operator(
+    pool: &PgPool,
+    actor: Actor,
+    email: &Email,
+    role: Role,
+    password: Option<String>,
+) -> Result<(OperatorRow, Option<String>), AppError> {
+    let (password, generated) = match password {
+        Some(password) => {
+            check_password_strength(&password)?;
+            (password, false)
+        }
+        None => (generate_password(), true),
+    };
+    let hash = hash_in_background(password.clone()).await?;
+    let created_by = match actor {
+        Actor::Operator { id, .. } => Some(id),
+        _ => None,
+    };
+    let mut tx = pool.begin().await?;
+    let operator = operators::insert(&mut *tx, email, role, &hash, created_by)
+        .await
+        .map_err(|err| match err {
+            InsertError::EmailTaken => AppError::Invalid(format!("{email} already has an account")),
+            InsertError::Database(err) => err.into(),
+        })?;
+    actions::record(
+        &mut *tx,
+        actor,
+        "add_operator",
+        "operator",
+        Some(operator.id.to_string()),
+        json!({ "email": operator.email, "role": role }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((operator, generated.then_some(password)))
+}
+
+async fn hash_in_background(password: String) -> Result<String, AppError> {
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|err| {
+            tracing::error!(error = %err, "password hashing task failed");
+            AppError::Internal
+        })
+}
+
+/// Creates the first admin when there are no operators at all, so a fresh
+/// installation can be signed into. Returns the generated password (to be
+/// printed once), or `None` when operators already exist.
+pub async fn bootstrap_admin(pool: &PgPool, email: &Email) -> Result<Option<String>, AppError> {
+    let mut tx = pool.begin().await?;
+    // Two instances starting at once must not both create an admin.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('vaultcap.bootstrap_admin'))")
+        .execute(&mut *tx)
+        .await?;
+    if operators::count(&mut *tx).await? > 0 {
+        return Ok(None);
+    }
+    let password = generate_password();
+    let hash = hash_in_background(password.clone()).await?;
+    let operator = operators::insert(&mut *tx, email, Role::Admin, &hash, None)
+        .await
+        .map_err(|err| match err {
+            InsertError::EmailTaken => AppError::Internal,
+            InsertError::Database(err) => err.into(),
+        })?;
+    actions::record(
+        &mut *tx,
+        Actor::System,
+        "bootstrap_admin",
+        "operator",
+        Some(operator.id.to_string()),
+        json!({ "email": operator.email }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Some(password))
+}
+
+/// Changes an operator's role. The last active admin cannot be demoted, so
+/// the installation never loses the ability to manage operators.
+pub async fn change_role(
+    pool: &PgPool,
+    actor: Actor,
+    target: i64,
+    role: Role,
+) -> Result<OperatorRow, AppError> {
+    let mut tx = pool.begin().await?;
+    lock_admin_changes(&mut tx).await?;
+    let operator = operators::find_by_id(&mut *tx, target)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    if operator.role == role {
+        return Ok(operator);
+    }
+    if operator.role == Role::Admin
+        && operator.disabled_at.is_none()
+        && operators::count_other_active_admins(&mut *tx, target).await? == 0
+    {
+        return Err(AppError::Invalid(format!(
+            "{} is the only active admin; make someone else admin first",
+            operator.email
+        )));
+    }
+    operators::set_role(&mut *tx, target, role).await?;
+    actions::record(
+        &mut *tx,
+        actor,
+        "change_role",
+        "operator",
+        Some(target.to_string()),
+        json!({ "email": operator.email, "from": operator.role, "to": role }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(OperatorRow { role, ..operator })
+}
+
+/// Disables or re-enables an operator. Disabling ends their sessions on the
+/// next request. Nobody can disable themselves or the last active admin.
+pub async fn set_disabled(
+    pool: &PgPool,
+    actor: Actor,
+    target: i64,
+    disabled: bool,
+) -> Result<OperatorRow, AppError> {
+    if let Actor::Operator { id, .. } = actor {
+        if id == target && disabled {
+            return Err(AppError::Invalid(
+                "you cannot disable your own account".into(),
+            ));
+        }
+    }
+    let mut tx = pool.begin().await?;
+    lock_admin_changes(&mut tx).await?;
+    let operator = operators::find_by_id(&mut *tx, target)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    if disabled
+        && operator.role == Role::Admin
+        && operators::count_other_active_admins(&mut *tx, target).await? == 0
+    {
+        return Err(AppError::Invalid(format!(
+            "{} is the only active admin and cannot be disabled",
+            operator.email
+        )));
+    }
+    operators::set_disabled(&mut *tx, target, disabled).await?;
+    actions::record(
+        &mut *tx,
+        actor,
+        if disabled {
+            "disable_operator"
+        } else {
+            "enable_operator"
+        },
+        "operator",
+        Some(target.to_string()),
+        json!({ "email": operator.email }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(OperatorRow {
+        disabled_at: disabled.then(Utc::now),
+        ..operator
+    })
+}
+
+/// Serialises changes that could remove the last admin, so two admins
+/// demoting each other at once cannot both succeed.
+async fn lock_admin_changes(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('vaultcap.admin_changes'))")
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}

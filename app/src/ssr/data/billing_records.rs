@@ -1,0 +1,27 @@
+//! The billing jobs' ledger, read for the console.
+
+use sqlx::PgExecutor;
+
+use crate::domain::{BillingPeriod, Cents, Currency};
+
+/// How many customers the ledger records as charged in a period, and their
+/// total per currency.
+pub async fn charged_in_period(
+    db: impl PgExecutor<'_>,
+    period: BillingPeriod,
+) -> Result<(i64, Vec<(Currency, Cents)>), sqlx::Error> {
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT currency, count(*), sum(amount_cents)::bigint
+         FROM billing_records WHERE billing_period = $1 AND status = 'charged'
+         GROUP BY currency ORDER BY currency",
+    )
+    .bind(period.to_string())
+    .fetch_all(db)
+    .await?;
+    let count = rows.iter().map(|(_, n, _)| n).sum();
+    let totals = rows
+        .into_iter()
+        .filter_map(|(currency, _, sum)| Some((Currency::parse(&currency).ok()?, Cents(sum))))
+        .collect();
+    Ok((count, totals))
+}

@@ -1,0 +1,8 @@
+//! SQL, one module per entity. Functions take an executor (a pool, a
+//! connection or a transaction) so callers choose the transaction boundary.
+
+pub mod actions;
+pub mod billing_records;
+pub mod keys;
+pub mod login_failures;
+pub mod operators;

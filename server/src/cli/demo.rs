@@ -1,0 +1,161 @@
+//! `vaultcap demo`: realistic data to try the console with — three billing
+//! periods (the current month and the two before it) of a subscription
+//! business with usage charges, the ledger its billing job wrote, and the
+//! vault keys those runs used. Safe to run twice: rows that exist are kept.
+
+use app::{
+    domain::BillingPeriod,
+    ssr::data::actions::{self, Actor},
+};
+use clap::Args;
+use sqlx::{Postgres, Transaction};
+
+use crate::{config::DatabaseArgs, db::Database};
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How many customers the demo business bills each month.
+    #[arg(long, default_value_t = 1200, value_parser = clap::value_parser!(i32).range(1..=1_000_000))]
+    customers: i32,
+
+    #[command(flatten)]
+    database: DatabaseArgs,
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let db = Database::open(&args.database).await?;
+    let result = fill(&db, args.customers).await;
+    db.close().await?;
+    result
+}
+
+async fn fill(db: &Database, customers: i32) -> anyhow::Result<()> {
+    let current = BillingPeriod::containing(chrono::Utc::now());
+    let periods = [current.previous().previous(), current.previous(), current];
+    let mut tx = db.pool.begin().await?;
+    for period in periods {
+        // The current run is under way: about 60 % of customers billed so far.
+        let billed_share = if period == current { 60 } else { 100 };
+        let records = insert_billing_records(&mut tx, period, customers, billed_share).await?;
+        insert_run_key(&mut tx, period, customers, period != current).await?;
+        println!("{period}: {records} new billing records");
+    }
+    insert_extra_keys(&mut tx, current).await?;
+    actions::record(
+        &mut *tx,
+        Actor::Cli,
+        "load_demo_data",
+        "database",
+        None,
+        serde_json::json!({ "customers": customers, "periods": periods.map(|p| p.to_string()) }),
+    )
+    .await?;
+    tx.commit().await?;
+    println!(
+        "Demo data ready: {customers} customers over {} to {current}.",
+        periods[0]
+    );
+    Ok(())
+}
+
+/// The amount customer `n` owes in `period`, in cents: a plan fee (29, 49,
+/// 99 or 249 USD) plus up to 50 USD of usage, the same on every run.
+const AMOUNT_SQL: &str = "(ARRAY[2900, 4900, 9900, 24900])[1 + abs(hashtext('plan' || n)) % 4]
+                          + abs(hashtext($1 || ':usage:' || n)) % 5000";
+
+async fn insert_billing_records(
+    tx: &mut Transaction<'_, Postgres>,
+    period: BillingPeriod,
+    customers: i32,
+    billed_share: i32,
+) -> anyhow::Result<u64> {
+    // About 2 % of cards are declined; declined customers have no charge.
+    let sql = format!(
+        "INSERT INTO billing_records
+             (customer_id, billing_period, stripe_customer_id, charge_id, amount_cents, currency, status, created_at)
+         SELECT format('cust_%s', lpad(n::text, 6, '0')), $1, format('cus_demo%s', lpad(n::text, 8, '0')),
+                CASE WHEN declined THEN NULL ELSE 'ch_demo_' || left(md5($1 || n), 20) END,
+                {AMOUNT_SQL}, 'usd',
+                CASE WHEN declined THEN 'card_declined' ELSE 'charged' END,
+                $2::timestamptz + make_interval(secs => n * 60)
+         FROM generate_series(1, $3 * $4 / 100) AS n,
+              LATERAL (SELECT abs(hashtext($1 || ':card:' || n)) % 100 < 2 AS declined) AS card
+         ON CONFLICT (customer_id, billing_period) DO NOTHING"
+    );
+    let done = sqlx::query(&sql)
+        .bind(period.to_string())
+        .bind(period.starts_at())
+        .bind(customers)
+        .bind(billed_share)
+        .execute(&mut **tx)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// The period's billing-run key: expected total is what every customer owes,
+/// the cap 10 % above it, spent what the ledger says was charged.
+async fn insert_run_key(
+    tx: &mut Transaction<'_, Postgres>,
+    period: BillingPeriod,
+    customers: i32,
+    finished: bool,
+) -> anyhow::Result<()> {
+    let sql = format!(
+        "WITH expected AS (
+             SELECT sum({AMOUNT_SQL})::bigint AS cents FROM generate_series(1, $2) AS n
+         ), charged AS (
+             SELECT coalesce(sum(amount_cents), 0)::bigint AS cents
+             FROM billing_records WHERE billing_period = $1 AND status = 'charged'
+         )
+         INSERT INTO vault_keys
+             (secret_hash, secret_prefix, label, billing_period, currency, expected_total_cents,
+              cap_cents, spent_cents, allowed_endpoints, expires_at, created_at)
+         SELECT sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'vk_' || left(md5($1), 8),
+                'billing-run-' || $1, $1, 'usd', expected.cents, expected.cents * 11 / 10, charged.cents,
+                ARRAY['POST /v1/charges', 'POST /v1/payment_intents'],
+                CASE WHEN $3 THEN $4::timestamptz + interval '2 days' ELSE $5::timestamptz - interval '1 second' END,
+                $4::timestamptz
+         FROM expected, charged
+         WHERE NOT EXISTS (SELECT 1 FROM vault_keys WHERE label = 'billing-run-' || $1)"
+    );
+    sqlx::query(&sql)
+        .bind(period.to_string())
+        .bind(customers)
+        .bind(finished)
+        .bind(period.starts_at())
+        .bind(period.ends_at())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// A busy key near its cap and a revoked one, so the console shows the
+/// states operators must notice.
+async fn insert_extra_keys(
+    tx: &mut Transaction<'_, Postgres>,
+    period: BillingPeriod,
+) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO vault_keys
+             (secret_hash, secret_prefix, label, billing_period, currency, expected_total_cents,
+              cap_cents, spent_cents, reserved_cents, allowed_endpoints, expires_at,
+              revoked_at, revoke_reason)
+         SELECT sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'vk_' || left(md5(label), 8), label, $1,
+                currency, expected, cap, spent, reserved,
+                ARRAY['POST /v1/payment_intents', 'POST /v1/payment_intents/{id}/confirm'],
+                $2::timestamptz - interval '1 second', revoked_at, revoke_reason
+         FROM (VALUES
+             ('eu-enterprise-' || $1, 'eur', 1850000::bigint, 2035000::bigint, 1840500::bigint, 52000::bigint,
+              NULL::timestamptz, NULL::text),
+             ('usage-backfill-' || $1, 'usd', 420000, 462000, 12500, 0,
+              $3::timestamptz + interval '3 days', 'Replaced: the backfill was re-planned with corrected totals')
+         ) AS extra(label, currency, expected, cap, spent, reserved, revoked_at, revoke_reason)
+         WHERE NOT EXISTS (SELECT 1 FROM vault_keys k WHERE k.label = extra.label)",
+    )
+    .bind(period.to_string())
+    .bind(period.ends_at())
+    .bind(period.starts_at())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

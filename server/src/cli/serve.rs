@@ -1,0 +1,59 @@
+use std::{net::SocketAddr, sync::Arc};
+
+use anyhow::Context;
+use app::{
+    domain::Email,
+    ssr::{accounts, AppState, AuthConfig},
+};
+use leptos::config::LeptosOptions;
+
+use crate::{config::ServeArgs, db::Database, http};
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let bootstrap_email = Email::parse(&args.bootstrap_email)
+        .map_err(|err| anyhow::anyhow!("VAULTCAP_BOOTSTRAP_EMAIL: {err}"))?;
+    if !args.site_root.join("pkg").join("vaultcap.js").exists() {
+        tracing::warn!(
+            site_root = %args.site_root.display(),
+            "the browser bundle is missing: pages will render but not hydrate (build it with scripts/build)"
+        );
+    }
+    let db = Database::open(&args.database).await?;
+    if let Some(password) = accounts::bootstrap_admin(&db.pool, &bootstrap_email)
+        .await
+        .map_err(|err| anyhow::anyhow!("creating the first admin: {err}"))?
+    {
+        println!("First start: created the admin {bootstrap_email} with password {password}");
+        println!("This password is shown only once. Add your colleagues on the Operators page.");
+    }
+
+    let state = AppState {
+        leptos_options: LeptosOptions::builder()
+            .output_name("vaultcap")
+            .site_root(args.site_root.to_string_lossy().as_ref())
+            .site_pkg_dir("pkg")
+            .site_addr(args.addr)
+            .build(),
+        pool: db.pool.clone(),
+        auth: Arc::new(AuthConfig {
+            idle_timeout: chrono::Duration::minutes(args.session_idle_minutes),
+            absolute_timeout: chrono::Duration::hours(args.session_max_hours),
+            secure_cookies: args.secure_cookies,
+            ..AuthConfig::default()
+        }),
+    };
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("listening on {}", args.addr))?;
+    println!("Vaultcap console: http://{}", listener.local_addr()?);
+    let served = axum::serve(
+        listener,
+        http::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(super::shutdown_signal())
+    .await
+    .context("serving HTTP");
+    tracing::info!("shutting down");
+    db.close().await?;
+    served
+}

@@ -1,0 +1,74 @@
+//! Configuration: flags with environment-variable fallbacks, read once at
+//! start-up. `vaultcap --help` lists them all.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use clap::Args;
+
+/// Where the database is.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// An existing PostgreSQL server. Without it, Vaultcap runs a private
+    /// cluster from the machine's PostgreSQL binaries in --data-dir.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Where the private PostgreSQL cluster lives [default: the user's data
+    /// directory, e.g. ~/.local/share/vaultcap; /var/lib/vaultcap for root,
+    /// whose home the postgres user cannot enter].
+    #[arg(long, env = "VAULTCAP_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Most connections each Vaultcap process opens.
+    #[arg(long, env = "VAULTCAP_DB_MAX_CONNECTIONS", default_value_t = 10)]
+    pub db_max_connections: u32,
+}
+
+impl DatabaseArgs {
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(|| {
+            if nix::unistd::geteuid().is_root() {
+                PathBuf::from("/var/lib/vaultcap")
+            } else {
+                dirs::data_dir()
+                    .unwrap_or_else(|| PathBuf::from("."))
+                    .join("vaultcap")
+            }
+        })
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Address the console listens on.
+    #[arg(long, env = "VAULTCAP_ADDR", default_value = "127.0.0.1:3000")]
+    pub addr: SocketAddr,
+
+    /// Directory holding the built browser bundle (`pkg/`).
+    #[arg(long, env = "VAULTCAP_SITE_ROOT", default_value = "target/site")]
+    pub site_root: PathBuf,
+
+    /// Mark the session cookie `Secure`: set when the console is served over
+    /// HTTPS (behind a TLS-terminating proxy).
+    #[arg(long, env = "VAULTCAP_SECURE_COOKIES", default_value_t = false)]
+    pub secure_cookies: bool,
+
+    /// Minutes of inactivity after which a session ends.
+    #[arg(long, env = "VAULTCAP_SESSION_IDLE_MINUTES", default_value_t = 30)]
+    pub session_idle_minutes: i64,
+
+    /// Hours after sign-in at which a session ends, however active.
+    #[arg(long, env = "VAULTCAP_SESSION_MAX_HOURS", default_value_t = 12)]
+    pub session_max_hours: i64,
+
+    /// Email of the admin created on first start when there are no operators.
+    #[arg(
+        long,
+        env = "VAULTCAP_BOOTSTRAP_EMAIL",
+        default_value = "admin@localhost"
+    )]
+    pub bootstrap_email: String,
+}

@@ -1,0 +1,150 @@
+//! Signing in and out, and the middleware that tells every request who is
+//! behind it.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::{
+    extract::{rejection::FormRejection, ConnectInfo, FromRequestParts, Request, State},
+    http::{request::Parts, Method},
+    middleware::Next,
+    response::{IntoResponse, Redirect, Response},
+    Form,
+};
+use serde::Deserialize;
+use tower_sessions::Session;
+
+use super::error::HttpError;
+use app::{
+    domain::is_local_path,
+    ssr::{
+        accounts::{self, SignInError},
+        auth::{begin_session, end_session, resolve_session, SessionState},
+        AppState,
+    },
+};
+
+/// The client's address as the socket saw it (absent in in-process tests).
+pub struct ClientIp(pub Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|info| info.0.ip()),
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SignInForm {
+    email: String,
+    password: String,
+    #[serde(default)]
+    next: String,
+}
+
+pub async fn login(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    form: Result<Form<SignInForm>, FormRejection>,
+) -> Response {
+    let Ok(Form(form)) = form else {
+        return Redirect::to("/login?error=form").into_response();
+    };
+    if form.email.trim().is_empty() || form.password.is_empty() {
+        return Redirect::to(&login_url("form", &form.next)).into_response();
+    }
+    match accounts::sign_in(&state.pool, &state.auth, &form.email, form.password, ip).await {
+        Ok(operator) => {
+            if let Err(err) = begin_session(&session, operator.id).await {
+                return HttpError::from(err).into_response();
+            }
+            let next = if is_local_path(&form.next) && form.next != "/login" {
+                form.next.as_str()
+            } else {
+                "/"
+            };
+            Redirect::to(next).into_response()
+        }
+        Err(SignInError::Internal) => {
+            HttpError::from(app::error::AppError::Internal).into_response()
+        }
+        Err(err) => {
+            let code = match err {
+                SignInError::Throttled { minutes } => format!("throttled&minutes={minutes}"),
+                SignInError::Disabled => "disabled".into(),
+                _ => "invalid".into(),
+            };
+            Redirect::to(&login_url(&code, &form.next)).into_response()
+        }
+    }
+}
+
+fn login_url(error: &str, next: &str) -> String {
+    let mut url = format!("/login?error={error}");
+    if is_local_path(next) {
+        url.push_str("&next=");
+        url.push_str(&urlencode(next));
+    }
+    url
+}
+
+fn urlencode(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+pub async fn logout(session: Session) -> Response {
+    match end_session(&session).await {
+        Ok(()) => Redirect::to("/login?signed_out=1").into_response(),
+        Err(err) => HttpError::from(err).into_response(),
+    }
+}
+
+/// Resolves the session to an operator and puts their [`app::domain::Me`]
+/// into the request. Pages need a signed-in operator: anyone else is sent to
+/// the sign-in page (told when their session expired). Server functions
+/// check roles themselves and answer 401/403.
+pub async fn authenticate(
+    State(state): State<AppState>,
+    session: Session,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path().to_owned();
+    let open_to_anyone =
+        path == "/login" || path.starts_with("/auth/") || path.starts_with("/api/");
+    match resolve_session(&session, &state.pool, &state.auth).await {
+        Ok(SessionState::SignedIn(me)) => {
+            if path == "/login" && request.method() == Method::GET {
+                return Redirect::to("/").into_response();
+            }
+            request.extensions_mut().insert(me);
+            next.run(request).await
+        }
+        Ok(_) if open_to_anyone => next.run(request).await,
+        Ok(state) => {
+            let mut url = String::from("/login?");
+            if state == SessionState::Expired {
+                url.push_str("error=expired&");
+            }
+            let target = request
+                .uri()
+                .path_and_query()
+                .map(|pq| pq.as_str())
+                .unwrap_or("/");
+            url.push_str("next=");
+            url.push_str(&urlencode(if request.method() == Method::GET {
+                target
+            } else {
+                "/"
+            }));
+            Redirect::to(&url).into_response()
+        }
+        Err(err) => HttpError::from(err).into_response(),
+    }
+}

@@ -1,0 +1,81 @@
+//! The HTTP surface: the console's pages (rendered by Leptos), its form
+//! handlers, health, and the static browser bundle.
+
+mod auth;
+mod error;
+mod operators;
+mod security;
+
+use axum::{
+    extract::{DefaultBodyLimit, State},
+    http::StatusCode,
+    middleware,
+    routing::{get, post},
+    Router,
+};
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use time::Duration;
+use tower_http::{compression::CompressionLayer, services::ServeDir};
+use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
+use tower_sessions_sqlx_store::PostgresStore;
+
+use app::{
+    app::{shell, App},
+    ssr::AppState,
+};
+
+/// Console forms are small; anything bigger is refused with 413.
+pub const MAX_FORM_BODY: usize = 64 * 1024;
+
+/// The whole application, apart from the socket, so tests can drive it
+/// with `oneshot`.
+pub fn router(state: AppState) -> Router {
+    let routes = generate_route_list(App);
+    let leptos_options = state.leptos_options.clone();
+
+    let sessions = SessionManagerLayer::new(PostgresStore::new(state.pool.clone()))
+        .with_name("vaultcap_session")
+        .with_http_only(true)
+        .with_same_site(SameSite::Strict)
+        .with_secure(state.auth.secure_cookies)
+        // The store forgets a session after the longest it may live; the
+        // idle and absolute timeouts themselves are checked per request.
+        .with_expiry(Expiry::OnInactivity(Duration::seconds(
+            state.auth.absolute_timeout.num_seconds(),
+        )));
+
+    let console = Router::new()
+        .leptos_routes(&state, routes, move || shell(leptos_options.clone()))
+        .route("/auth/login", post(auth::login))
+        .route("/auth/logout", post(auth::logout))
+        .route("/operators", post(operators::add))
+        .route("/operators/{id}/role", post(operators::change_role))
+        .route("/operators/{id}/disabled", post(operators::set_disabled))
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
+        .layer(middleware::from_fn(security::same_origin_writes))
+        .layer(sessions);
+
+    let pkg_dir = std::path::Path::new(state.leptos_options.site_root.as_ref()).join("pkg");
+    Router::new()
+        .merge(console)
+        .nest_service("/pkg", ServeDir::new(pkg_dir))
+        .route("/healthz", get(healthz))
+        .layer(DefaultBodyLimit::max(MAX_FORM_BODY))
+        .layer(CompressionLayer::new())
+        .with_state(state)
+}
+
+/// Answers 200 once the server is serving and its database answers.
+async fn healthz(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    match sqlx::query("SELECT 1").execute(&state.pool).await {
+        Ok(_) => (StatusCode::OK, "ok"),
+        Err(err) => {
+            tracing::error!(error = %err, "health check: database unreachable");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unreachable")
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! `vaultcap`: the console's server and the command line around it.
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+mod config;
+mod db;
+mod embedded_pg;
+mod http;
+
+#[derive(Parser)]
+#[command(
+    name = "vaultcap",
+    version,
+    about = "Spend governance for Stripe billing"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the console (and run migrations first).
+    Serve(config::ServeArgs),
+    /// Manage operators (the people who sign in to the console).
+    #[command(subcommand)]
+    Operator(cli::operator::OperatorCommand),
+    /// Fill the database with realistic demo data.
+    Demo(cli::demo::DemoArgs),
+    /// Run only the private PostgreSQL cluster until interrupted, printing
+    /// its DATABASE_URL (for tests and tools such as psql).
+    Postgres(cli::postgres::PostgresArgs),
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn,tower_sessions=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Cli::parse().command {
+        Command::Serve(args) => cli::serve::run(args).await,
+        Command::Operator(command) => cli::operator::run(command).await,
+        Command::Demo(args) => cli::demo::run(args).await,
+        Command::Postgres(args) => cli::postgres::run(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
