@@ -55,6 +55,9 @@ impl EmbeddedPostgres {
                 MAX_SOCKET_PATH
             );
         }
+        if let Some(user) = &run_as {
+            check_reachable_by(cluster_dir, user)?;
+        }
         let mut pg = Self {
             cluster_dir: cluster_dir.to_owned(),
             bin_dir,
@@ -238,6 +241,30 @@ impl EmbeddedPostgres {
         }
         cmd
     }
+}
+
+/// The postgres user must be able to enter every directory above the
+/// cluster; root's home and `mktemp -d` directories are closed to it.
+fn check_reachable_by(cluster_dir: &Path, user: &nix::unistd::User) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for dir in cluster_dir.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let enterable = meta.mode() & 0o001 != 0
+            || (meta.uid() == user.uid.as_raw() && meta.mode() & 0o100 != 0)
+            || (meta.gid() == user.gid.as_raw() && meta.mode() & 0o010 != 0);
+        if !enterable {
+            bail!(
+                "the postgres user cannot enter {} (mode {:o}), so PostgreSQL cannot reach its data \
+                 directory {}: choose a --data-dir outside it (e.g. /var/lib/vaultcap) or `chmod o+x` it",
+                dir.display(),
+                meta.mode() & 0o777,
+                cluster_dir.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The directory holding `initdb`, `pg_ctl` and `postgres`: on `PATH`, or

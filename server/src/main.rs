@@ -1,12 +1,7 @@
 //! `vaultcap`: the console's server and the command line around it.
 
 use clap::{Parser, Subcommand};
-
-mod cli;
-mod config;
-mod db;
-mod embedded_pg;
-mod http;
+use server::{cli, config};
 
 #[derive(Parser)]
 #[command(

@@ -51,7 +51,7 @@ fn AddOperatorForm() -> impl IntoView {
             </div>
             <div class="field">
                 <label for="new-role">"Role"</label>
-                <RoleSelect id="new-role" selected=Role::Viewer/>
+                <RoleSelect id="new-role" selected=Role::Viewer described=true/>
             </div>
             <button type="submit" class="button button-primary">"Add operator"</button>
             <p class="hint">"A password is generated and shown once, for you to pass on."</p>
@@ -60,13 +60,22 @@ fn AddOperatorForm() -> impl IntoView {
 }
 
 #[component]
-fn RoleSelect(#[prop(into)] id: String, selected: Role) -> impl IntoView {
+fn RoleSelect(
+    #[prop(into)] id: String,
+    selected: Role,
+    /// Say what each role may do (where there is room for it).
+    #[prop(optional)]
+    described: bool,
+) -> impl IntoView {
     view! {
         <select id=id name="role">
-            {Role::ALL.into_iter().map(|role| view! {
-                <option value=role.as_str() selected=role == selected>
-                    {format!("{} — {}", role.as_str(), role.describe())}
-                </option>
+            {Role::ALL.into_iter().map(|role| {
+                let text = if described {
+                    format!("{} — {}", role.as_str(), role.describe())
+                } else {
+                    role.as_str().to_string()
+                };
+                view! { <option value=role.as_str() selected=role == selected>{text}</option> }
             }).collect_view()}
         </select>
     }
@@ -108,7 +117,7 @@ fn OperatorTable(operators: Vec<OperatorSummary>, me: Option<Me>) -> impl IntoVi
                                     {if op.disabled { "disabled" } else { "active" }}
                                 </span>
                             </td>
-                            <td>{utc(op.created_at)}</td>
+                            <td class="nowrap">{utc(op.created_at)}</td>
                             <td>
                                 <form class="row-form" method="post" action=format!("/operators/{}/disabled", op.id)>
                                     <input type="hidden" name="disabled" value=if op.disabled { "false" } else { "true" }/>

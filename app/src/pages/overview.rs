@@ -58,12 +58,12 @@ fn PeriodSummary(overview: Overview) -> impl IntoView {
                             view! {
                                 <tr>
                                     <th scope="row">{t.currency.to_string()}</th>
-                                    <td class="num">{t.keys} " (" {t.active_keys} ")"</td>
+                                    <td class="num">{format!("{} ({})", t.keys, t.active_keys)}</td>
                                     <td class="num"><Amount cents=t.expected_total currency=t.currency.clone()/></td>
                                     <td class="num"><Amount cents=t.cap currency=t.currency.clone()/></td>
                                     <td class="num"><Amount cents=t.spent currency=t.currency.clone()/></td>
                                     <td class="num"><Amount cents=t.reserved currency=t.currency.clone()/></td>
-                                    <td class="num">{pct} " %"</td>
+                                    <td class="num">{format!("{pct} %")}</td>
                                 </tr>
                             }
                         }).collect_view()}

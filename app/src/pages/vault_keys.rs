@@ -55,9 +55,9 @@ fn KeyTable(keys: Vec<KeySummary>) -> impl IntoView {
                     let level = if pct >= 90 { "high" } else if pct >= 75 { "warn" } else { "ok" };
                     view! {
                         <tr>
-                            <td>{key.billing_period.clone()}</td>
+                            <td class="nowrap">{key.billing_period.clone()}</td>
                             <td>{key.label.clone()}</td>
-                            <td><code>{key.secret_prefix.clone()} "…"</code></td>
+                            <td class="nowrap"><code>{key.secret_prefix.clone()} "…"</code></td>
                             <td><span class=format!("status status-{}", key.status.as_str())>{key.status.as_str()}</span></td>
                             <td class="num"><Amount cents=key.cap currency=key.currency.clone()/></td>
                             <td class="num"><Amount cents=key.spent currency=key.currency.clone()/></td>
@@ -65,10 +65,10 @@ fn KeyTable(keys: Vec<KeySummary>) -> impl IntoView {
                             <td class="num">
                                 <span class=format!("util util-{level}")>
                                     <meter min="0" max="100" value=pct.min(100) aria-label="Utilization"></meter>
-                                    {pct} " %"
+                                    {format!("{pct} %")}
                                 </span>
                             </td>
-                            <td>{utc(key.expires_at)}</td>
+                            <td class="nowrap">{utc(key.expires_at)}</td>
                         </tr>
                     }
                 }).collect_view()}

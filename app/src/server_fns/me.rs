@@ -6,13 +6,13 @@ use crate::{
 };
 
 /// The signed-in operator, or `None` on the sign-in page.
-#[server]
+#[server(endpoint = "get_me")]
 pub async fn get_me() -> Result<Option<Me>, AppError> {
     Ok(crate::ssr::auth::current_operator())
 }
 
 /// The one-time notice left by the last form submission, removed as it is read.
-#[server]
+#[server(endpoint = "take_notice")]
 pub async fn take_notice() -> Result<Option<Notice>, AppError> {
     let session = leptos_axum::extract::<tower_sessions::Session>().await?;
     Ok(crate::ssr::flash::take(&session).await)

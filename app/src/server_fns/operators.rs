@@ -2,7 +2,7 @@ use leptos::prelude::*;
 
 use crate::{domain::OperatorSummary, error::AppError};
 
-#[server]
+#[server(endpoint = "list_operators")]
 pub async fn list_operators() -> Result<Vec<OperatorSummary>, AppError> {
     use crate::{domain::Role, ssr};
     ssr::auth::require(Role::Admin)?;

@@ -3,7 +3,7 @@ use leptos::prelude::*;
 use crate::{domain::Overview, error::AppError};
 
 /// Totals for the current billing period (UTC).
-#[server]
+#[server(endpoint = "get_overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
     use crate::{
         domain::{BillingPeriod, Role},

@@ -2,7 +2,7 @@ use leptos::prelude::*;
 
 use crate::{domain::KeySummary, error::AppError};
 
-#[server]
+#[server(endpoint = "list_vault_keys")]
 pub async fn list_vault_keys() -> Result<Vec<KeySummary>, AppError> {
     use crate::{domain::Role, ssr};
     /// The most keys the list shows until it gains filters and paging.

@@ -169,14 +169,20 @@ pub fn current_operator() -> Option<Me> {
         .and_then(|parts| parts.extensions.get::<Me>().cloned())
 }
 
-/// The signed-in operator if their role allows `needed`; the error otherwise.
+/// The signed-in operator if their role allows `needed`; otherwise the
+/// error, with the response status set to 401 or 403 to match.
 pub fn require(needed: Role) -> Result<Me, AppError> {
-    let me = current_operator().ok_or(AppError::Unauthenticated)?;
-    if me.role.allows(needed) {
-        Ok(me)
-    } else {
-        Err(AppError::Forbidden(needed))
-    }
+    let outcome = match current_operator() {
+        None => Err((AppError::Unauthenticated, http::StatusCode::UNAUTHORIZED)),
+        Some(me) if me.role.allows(needed) => Ok(me),
+        Some(_) => Err((AppError::Forbidden(needed), http::StatusCode::FORBIDDEN)),
+    };
+    outcome.map_err(|(error, status)| {
+        if let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>() {
+            response.set_status(status);
+        }
+        error
+    })
 }
 
 #[cfg(test)]

@@ -113,7 +113,7 @@ async fn insert_run_key(
          SELECT sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'vk_' || left(md5($1), 8),
                 'billing-run-' || $1, $1, 'usd', expected.cents, expected.cents * 11 / 10, charged.cents,
                 ARRAY['POST /v1/charges', 'POST /v1/payment_intents'],
-                CASE WHEN $3 THEN $4::timestamptz + interval '2 days' ELSE $5::timestamptz - interval '1 second' END,
+                CASE WHEN $3 THEN $5::timestamptz + interval '2 days' ELSE $5::timestamptz - interval '1 second' END,
                 $4::timestamptz
          FROM expected, charged
          WHERE NOT EXISTS (SELECT 1 FROM vault_keys WHERE label = 'billing-run-' || $1)"

@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use axum::{
     extract::{rejection::FormRejection, ConnectInfo, FromRequestParts, Request, State},
-    http::{request::Parts, Method},
+    http::{request::Parts, Method, StatusCode},
     middleware::Next,
     response::{IntoResponse, Redirect, Response},
     Form,
@@ -53,8 +53,12 @@ pub async fn login(
     session: Session,
     form: Result<Form<SignInForm>, FormRejection>,
 ) -> Response {
-    let Ok(Form(form)) = form else {
-        return Redirect::to("/login?error=form").into_response();
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return rejection.into_response()
+        }
+        Err(_) => return Redirect::to("/login?error=form").into_response(),
     };
     if form.email.trim().is_empty() || form.password.is_empty() {
         return Redirect::to(&login_url("form", &form.next)).into_response();

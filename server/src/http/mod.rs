@@ -38,10 +38,10 @@ pub fn router(state: AppState) -> Router {
         .with_http_only(true)
         .with_same_site(SameSite::Strict)
         .with_secure(state.auth.secure_cookies)
-        // The store forgets a session after the longest it may live; the
-        // idle and absolute timeouts themselves are checked per request.
+        // The store keeps a session a little longer than it may live, so
+        // that the per-request timeout check can tell the person it expired.
         .with_expiry(Expiry::OnInactivity(Duration::seconds(
-            state.auth.absolute_timeout.num_seconds(),
+            (state.auth.absolute_timeout + state.auth.idle_timeout).num_seconds(),
         )));
 
     let console = Router::new()

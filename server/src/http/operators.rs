@@ -3,6 +3,7 @@
 
 use axum::{
     extract::{rejection::FormRejection, Path, State},
+    http::StatusCode,
     response::{IntoResponse, Redirect, Response},
     Extension, Form,
 };
@@ -46,31 +47,57 @@ fn admin(me: Option<Extension<Me>>) -> Result<Me, HttpError> {
     }
 }
 
+/// Why a form could not be handled: a message for the page, or a response
+/// of its own (an oversized body keeps its 413).
+enum Failure {
+    App(AppError),
+    Rejected(FormRejection),
+}
+
+impl From<AppError> for Failure {
+    fn from(err: AppError) -> Self {
+        Self::App(err)
+    }
+}
+
+impl From<app::domain::ParseError> for Failure {
+    fn from(err: app::domain::ParseError) -> Self {
+        Self::App(err.into())
+    }
+}
+
+fn readable<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {
+    match form {
+        Ok(Form(form)) => Ok(form),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Err(Failure::Rejected(rejection))
+        }
+        Err(rejection) => Err(Failure::App(AppError::Invalid(format!(
+            "the form could not be read: {}",
+            rejection.body_text()
+        )))),
+    }
+}
+
 /// Back to the Operators page with the outcome of the action as a notice.
-async fn back_with(session: &Session, outcome: Result<Notice, AppError>) -> Response {
+async fn back_with(session: &Session, outcome: Result<Notice, Failure>) -> Response {
     let notice = match outcome {
         Ok(notice) => notice,
-        Err(AppError::Invalid(message)) => Notice::error(capitalise(&message)),
-        Err(AppError::NotFound) => Notice::error("That operator no longer exists."),
-        Err(other) => return HttpError::from(other).into_response(),
+        Err(Failure::Rejected(rejection)) => return rejection.into_response(),
+        Err(Failure::App(err)) => return back_with_error(session, err).await,
     };
     flash::set(session, notice).await;
     Redirect::to(PAGE).into_response()
 }
 
-fn capitalise(message: &str) -> String {
-    let mut chars = message.chars();
-    chars
-        .next()
-        .map(|first| first.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
-}
-
-fn malformed(rejection: FormRejection) -> AppError {
-    AppError::Invalid(format!(
-        "the form could not be read: {}",
-        rejection.body_text()
-    ))
+async fn back_with_error(session: &Session, err: AppError) -> Response {
+    let notice = match err {
+        AppError::Invalid(message) => Notice::error(format!("Nothing was changed: {message}.")),
+        AppError::NotFound => Notice::error("That operator no longer exists."),
+        other => return HttpError::from(other).into_response(),
+    };
+    flash::set(session, notice).await;
+    Redirect::to(PAGE).into_response()
 }
 
 pub async fn add(
@@ -85,7 +112,7 @@ pub async fn add(
         Err(err) => return err.into_response(),
     };
     let outcome = async {
-        let Form(form) = form.map_err(malformed)?;
+        let form = readable(form)?;
         let email = Email::parse(&form.email)?;
         let role: Role = form.role.parse()?;
         let actor = Actor::Operator { id: me.id, ip };
@@ -117,7 +144,7 @@ pub async fn change_role(
         Err(err) => return err.into_response(),
     };
     let outcome = async {
-        let Form(form) = form.map_err(malformed)?;
+        let form = readable(form)?;
         let role: Role = form.role.parse()?;
         let operator =
             accounts::change_role(&state.pool, Actor::Operator { id: me.id, ip }, id, role).await?;
@@ -143,7 +170,7 @@ pub async fn set_disabled(
         Err(err) => return err.into_response(),
     };
     let outcome = async {
-        let Form(form) = form.map_err(malformed)?;
+        let form = readable(form)?;
         let operator = accounts::set_disabled(
             &state.pool,
             Actor::Operator { id: me.id, ip },

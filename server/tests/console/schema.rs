@@ -1,0 +1,126 @@
+//! The invariants PostgreSQL itself guards.
+
+use sqlx::PgPool;
+
+async fn insert_key(
+    pool: &PgPool,
+    cap: i64,
+    spent: i64,
+    reserved: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
+             expected_total_cents, cap_cents, spent_cents, reserved_cents, allowed_endpoints, expires_at)
+         VALUES (sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'vk_t', 'test', '2026-07', 'usd',
+             100, $1, $2, $3, ARRAY['POST /v1/charges'], now() + interval '1 day')
+         RETURNING id",
+    )
+    .bind(cap)
+    .bind(spent)
+    .bind(reserved)
+    .fetch_one(pool)
+    .await
+}
+
+fn constraint(err: sqlx::Error) -> String {
+    err.as_database_error()
+        .and_then(|e| e.constraint())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn spent_plus_reserved_can_never_exceed_the_cap(pool: PgPool) {
+    let id = insert_key(&pool, 1000, 600, 400)
+        .await
+        .expect("exactly at the cap is allowed");
+    let err =
+        sqlx::query("UPDATE vault_keys SET reserved_cents = reserved_cents + 1 WHERE id = $1")
+            .bind(id)
+            .execute(&pool)
+            .await
+            .unwrap_err();
+    assert_eq!(constraint(err), "vault_keys_within_cap");
+    assert_eq!(
+        constraint(insert_key(&pool, 0, 0, 0).await.unwrap_err()),
+        "vault_keys_cap_cents_check"
+    );
+    assert_eq!(
+        constraint(insert_key(&pool, 10, -1, 0).await.unwrap_err()),
+        "vault_keys_spent_cents_check"
+    );
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_audit_log_cannot_be_updated_deleted_or_truncated(pool: PgPool) {
+    sqlx::query(
+        "INSERT INTO audit_log (request_id, method, path, decision) VALUES (gen_random_uuid(), 'POST', '/v1/charges', 'refused_unknown_key')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    for statement in [
+        "UPDATE audit_log SET path = '/v1/refunds'",
+        "DELETE FROM audit_log",
+        "TRUNCATE audit_log",
+    ] {
+        let err = sqlx::query(statement).execute(&pool).await.unwrap_err();
+        assert!(
+            err.to_string().contains("audit_log is append-only"),
+            "{statement}: {err}"
+        );
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_operator_action_log_is_append_only_too(pool: PgPool) {
+    sqlx::query("INSERT INTO operator_actions (via, action, subject_type) VALUES ('cli', 'test', 'nothing')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let err = sqlx::query("DELETE FROM operator_actions")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("append-only"));
+    let unattributed = sqlx::query(
+        "INSERT INTO operator_actions (via, action, subject_type) VALUES ('console', 'x', 'y')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert_eq!(
+        constraint(unattributed),
+        "operator_actions_attributed",
+        "console actions name their operator"
+    );
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_billing_ledger_holds_one_row_per_customer_and_period(pool: PgPool) {
+    let insert =
+        "INSERT INTO billing_records (customer_id, billing_period, charge_id, amount_cents, status)
+                  VALUES ('cust_1', '2026-07', $1, 5000, 'charged')
+                  ON CONFLICT (customer_id, billing_period) DO NOTHING";
+    let first = sqlx::query(insert)
+        .bind("ch_A")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let second = sqlx::query(insert)
+        .bind("ch_B")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!((first.rows_affected(), second.rows_affected()), (1, 0));
+    let charge: String = sqlx::query_scalar("SELECT charge_id FROM billing_records")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(charge, "ch_A");
+}
