@@ -109,19 +109,7 @@ impl EmbeddedPostgres {
             return Ok(());
         }
         tokio::task::spawn_blocking(move || {
-            self.pg_ctl(["stop", "-m", "fast", "-w"])
-                .status()
-                .context("running pg_ctl stop")
-                .and_then(|status| {
-                    if status.success() {
-                        Ok(())
-                    } else {
-                        bail!(
-                            "pg_ctl stop failed ({status}); see {}",
-                            self.log_file().display()
-                        )
-                    }
-                })
+            run(self.pg_ctl(["stop", "-m", "fast", "-w"]), "pg_ctl stop")
         })
         .await?
     }
@@ -141,27 +129,17 @@ impl EmbeddedPostgres {
             nix::unistd::chown(&self.cluster_dir, Some(user.uid), Some(user.gid))
                 .context("handing the cluster directory to the postgres user")?;
         }
-        let output = self
-            .command("initdb")
-            .arg("-D")
-            .arg(&self.cluster_dir)
-            .args([
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-            ])
-            .output()
-            .context("running initdb")?;
-        if !output.status.success() {
-            bail!(
-                "initdb failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
+        let mut initdb = self.command("initdb");
+        initdb.arg("-D").arg(&self.cluster_dir).args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+        ]);
+        run(initdb, "initdb")?;
         Ok(())
     }
 
@@ -240,6 +218,22 @@ impl EmbeddedPostgres {
             cmd.env("HOME", &user.dir).env("USER", &user.name);
         }
         cmd
+    }
+}
+
+/// Runs a PostgreSQL tool to completion with its output captured (our own
+/// stdout may be a pipe nobody reads any more), failing with its stderr.
+fn run(mut command: Command, what: &str) -> anyhow::Result<()> {
+    let output = command
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        bail!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )
     }
 }
 

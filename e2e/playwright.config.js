@@ -1,0 +1,42 @@
+// @ts-check
+const { defineConfig } = require('@playwright/test');
+
+// scripts/test starts PostgreSQL, creates the test accounts and passes
+// these in; Playwright starts and stops the server itself.
+const port = process.env.E2E_PORT || '3901';
+const baseURL = `http://127.0.0.1:${port}`;
+
+module.exports = defineConfig({
+  testDir: './tests',
+  fullyParallel: false,
+  workers: 1,
+  forbidOnly: !!process.env.CI,
+  reporter: [['list']],
+  timeout: 30_000,
+  use: {
+    baseURL,
+    screenshot: 'only-on-failure',
+    launchOptions: {
+      // Debian's Chromium; Playwright never downloads a browser here.
+      executablePath: '/usr/bin/chromium',
+      args: [
+        '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      ],
+    },
+  },
+  // Every test runs twice: as plain server-rendered HTML with JavaScript
+  // off, and hydrated by the WebAssembly bundle.
+  projects: [
+    { name: 'no-js', use: { javaScriptEnabled: false } },
+    { name: 'hydrated', use: { javaScriptEnabled: true } },
+  ],
+  webServer: {
+    command: `../target/debug/vaultcap serve --addr 127.0.0.1:${port} --site-root ../target/site`,
+    url: `${baseURL}/healthz`,
+    reuseExistingServer: false,
+    stdout: 'pipe',
+    stderr: 'pipe',
+    timeout: 60_000,
+  },
+});
