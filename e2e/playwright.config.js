@@ -4,6 +4,8 @@ const { defineConfig } = require('@playwright/test');
 // scripts/test starts PostgreSQL, creates the test accounts and passes
 // these in; Playwright starts and stops the server itself.
 const port = process.env.E2E_PORT || '3901';
+const dataDir = process.env.E2E_DATA_DIR;
+if (!dataDir) throw new Error('E2E_DATA_DIR is not set: run the browser tests through scripts/test');
 const baseURL = `http://127.0.0.1:${port}`;
 
 module.exports = defineConfig({
@@ -32,7 +34,7 @@ module.exports = defineConfig({
     { name: 'hydrated', use: { javaScriptEnabled: true } },
   ],
   webServer: {
-    command: `../target/debug/vaultcap serve --addr 127.0.0.1:${port} --site-root ../target/site`,
+    command: `../target/debug/vaultcap serve --addr 127.0.0.1:${port} --site-root ../target/site --data-dir ${dataDir}`,
     url: `${baseURL}/healthz`,
     reuseExistingServer: false,
     stdout: 'pipe',

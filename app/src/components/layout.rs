@@ -1,5 +1,8 @@
 use leptos::prelude::*;
-use leptos_router::components::{Outlet, A};
+use leptos_router::{
+    components::{Outlet, A},
+    hooks::use_location,
+};
 
 use super::{ErrorPanel, NoticeBanner};
 use crate::{
@@ -37,38 +40,72 @@ pub fn Layout() -> impl IntoView {
     }
 }
 
+// The frame's parts return `AnyView`: a Leptos view's type nests as deep as
+// its markup, and the whole frame as one type overflows the compiler's
+// recursion limit where the router is instantiated.
+
 #[component]
 fn Frame(me: Me, notice: Option<Notice>) -> impl IntoView {
     let is_admin = me.role.allows(Role::Admin);
     view! {
+        <a class="skip-link" href="#main">"Skip to content"</a>
         <div class="frame">
-            <header class="topbar">
-                <a class="brand" href="/">"Vaultcap"</a>
-                <div class="whoami">
-                    <span class="who" data-testid="signed-in-as">{me.email.clone()}</span>
-                    <span class="role-badge">{me.role.as_str()}</span>
-                    <form method="post" action="/auth/logout">
-                        <button type="submit" class="button button-quiet">"Sign out"</button>
-                    </form>
-                </div>
-            </header>
-            <nav class="sidenav" aria-label="Main">
-                <ul>
-                    <li><A href="/" exact=true>"Overview"</A></li>
-                    <li><A href="/keys">"Vault keys"</A></li>
-                    <li><A href="/alerts">"Alerts"</A></li>
-                    <li><A href="/audit">"Audit log"</A></li>
-                    <li><A href="/reconciliation">"Reconciliation"</A></li>
-                    <li><A href="/approvals">"Approvals"</A></li>
-                    <Show when=move || is_admin>
-                        <li><A href="/operators">"Operators"</A></li>
-                    </Show>
-                </ul>
-            </nav>
+            <TopBar me/>
+            <MainNav is_admin/>
             <main class="content" id="main">
-                {notice.map(|notice| view! { <NoticeBanner notice/> })}
+                {notice.map(|notice| view! { <PageNotice notice/> })}
                 <Outlet/>
             </main>
         </div>
     }
+}
+
+/// The notice belongs to the page it was shown on: once the hydrated
+/// console navigates elsewhere, it goes (and a secret in it with it).
+#[component]
+fn PageNotice(notice: Notice) -> impl IntoView {
+    let location = use_location();
+    let shown_on = location.pathname.get_untracked();
+    let here = move || location.pathname.with(|path| *path == shown_on);
+    view! {
+        <Show when=here>
+            <NoticeBanner notice=notice.clone()/>
+        </Show>
+    }
+    .into_any()
+}
+
+#[component]
+fn TopBar(me: Me) -> impl IntoView {
+    view! {
+        <header class="topbar">
+            <a class="brand" href="/">"Vaultcap"</a>
+            <div class="whoami">
+                <span class="who" data-testid="signed-in-as">{me.email}</span>
+                <span class="role-badge">{me.role.as_str()}</span>
+                <form method="post" action="/auth/logout">
+                    <button type="submit" class="button button-quiet">"Sign out"</button>
+                </form>
+            </div>
+        </header>
+    }
+    .into_any()
+}
+
+#[component]
+fn MainNav(is_admin: bool) -> impl IntoView {
+    view! {
+        <nav class="sidenav" aria-label="Main">
+            <ul>
+                <li><A href="/" exact=true>"Overview"</A></li>
+                <li><A href="/keys">"Vault keys"</A></li>
+                <li><A href="/alerts">"Alerts"</A></li>
+                <li><A href="/audit">"Audit log"</A></li>
+                <li><A href="/reconciliation">"Reconciliation"</A></li>
+                <li><A href="/approvals">"Approvals"</A></li>
+                {is_admin.then(|| view! { <li><A href="/operators">"Operators"</A></li> })}
+            </ul>
+        </nav>
+    }
+    .into_any()
 }
