@@ -71,4 +71,28 @@ pub struct ServeArgs {
         default_value = "admin@localhost"
     )]
     pub bootstrap_email: String,
+
+    #[command(flatten)]
+    pub stripe: StripeArgs,
+}
+
+/// Where the proxy forwards allowed calls.
+#[derive(Debug, Clone, Args)]
+pub struct StripeArgs {
+    /// Stripe's API base (a local stand-in such as localstripe in tests).
+    #[arg(
+        long,
+        env = "STRIPE_API_BASE",
+        default_value = "https://api.stripe.com"
+    )]
+    pub stripe_api_base: String,
+
+    /// The real Stripe secret key the proxy swaps in. Without it the proxy
+    /// refuses every call (503) instead of forwarding.
+    #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
+    pub stripe_secret_key: Option<String>,
+
+    /// Seconds to wait for Stripe before a call's outcome counts as unknown.
+    #[arg(long, env = "VAULTCAP_UPSTREAM_TIMEOUT_SECS", default_value_t = 30)]
+    pub upstream_timeout_secs: u64,
 }

@@ -1,8 +1,11 @@
-//! The Vaultcap server: the console's HTTP host, the command line, and the
-//! database plumbing (migrations, the private PostgreSQL cluster).
+//! The Vaultcap server: the console's HTTP host, the spend-cap proxy and the
+//! key API, the command line, and the database plumbing (migrations, the
+//! private PostgreSQL cluster).
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod db;
 pub mod embedded_pg;
 pub mod http;
+pub mod proxy;

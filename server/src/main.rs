@@ -21,6 +21,9 @@ enum Command {
     /// Manage operators (the people who sign in to the console).
     #[command(subcommand)]
     Operator(cli::operator::OperatorCommand),
+    /// Manage admin API tokens (for the key API).
+    #[command(subcommand)]
+    Token(cli::token::TokenCommand),
     /// Fill the database with realistic demo data.
     Demo(cli::demo::DemoArgs),
     /// Run only the private PostgreSQL cluster until interrupted, printing
@@ -40,6 +43,7 @@ async fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Command::Serve(args) => cli::serve::run(args).await,
         Command::Operator(command) => cli::operator::run(command).await,
+        Command::Token(command) => cli::token::run(command).await,
         Command::Demo(args) => cli::demo::run(args).await,
         Command::Postgres(args) => cli::postgres::run(args).await,
     };

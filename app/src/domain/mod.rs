@@ -1,13 +1,17 @@
 //! Types both the server and the browser use. Parsed once at the edge,
 //! impossible to misuse after; no I/O here.
 
+mod decision;
 mod email;
+mod endpoint;
 mod money;
 mod period;
 mod role;
 
+pub use decision::Decision;
 pub use email::Email;
-pub use money::{Cents, Currency};
+pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
+pub use money::{Cents, Currency, MAX_CENTS};
 pub use period::BillingPeriod;
 pub use role::Role;
 

@@ -95,6 +95,56 @@ impl Cents {
     }
 }
 
+/// The largest amount Vaultcap accepts anywhere: 10^12 major units (cents
+/// here), far above any real billing run and far below `i64::MAX`.
+pub const MAX_CENTS: i64 = 100_000_000_000_000;
+
+impl Cents {
+    /// A positive amount in minor units, as Stripe's `amount` parameter and
+    /// the key API's `*_cents` fields carry it.
+    pub fn parse_positive(raw: &str) -> Result<Self, ParseError> {
+        match raw.trim().parse::<i64>() {
+            Ok(cents) if cents > 0 && cents <= MAX_CENTS => Ok(Self(cents)),
+            Ok(_) => Err(ParseError::new(format!(
+                "amount {raw:?} must be a whole number of cents between 1 and {MAX_CENTS}"
+            ))),
+            Err(_) => Err(ParseError::new(format!(
+                "amount {raw:?} is not a whole number of cents"
+            ))),
+        }
+    }
+
+    /// Dollars as a JSON number (the seed articles' `daily_usd_cap`) to
+    /// cents, rounded to the nearest cent. The only place a float touches
+    /// money, at the edge, refused unless finite, positive and at most 10^12.
+    pub fn from_dollars(dollars: f64) -> Result<Self, ParseError> {
+        if !dollars.is_finite() || dollars <= 0.0 || dollars > 1e12 {
+            return Err(ParseError::new(format!(
+                "{dollars} is not an amount of dollars between 0.01 and 1000000000000"
+            )));
+        }
+        let cents = (dollars * 100.0).round() as i64;
+        if cents < 1 {
+            return Err(ParseError::new(format!(
+                "{dollars} dollars is less than a cent"
+            )));
+        }
+        Ok(Self(cents))
+    }
+
+    /// The cap for an expected total with a buffer in basis points (1000 =
+    /// 10 %): `expected × (1 + buffer)`, rounded down to the cent.
+    pub fn with_buffer(self, buffer_bps: u32) -> Result<Self, ParseError> {
+        let cap = i128::from(self.0) * (10_000 + i128::from(buffer_bps)) / 10_000;
+        match i64::try_from(cap) {
+            Ok(cap) if cap <= MAX_CENTS => Ok(Self(cap)),
+            _ => Err(ParseError::new(
+                "the cap would exceed the largest amount Vaultcap accepts",
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +169,44 @@ mod tests {
         for bad in ["", "eu", "euro", "e1r", "€€€"] {
             assert!(Currency::parse(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn stripe_amounts_are_positive_whole_cents() {
+        assert_eq!(Cents::parse_positive("5000").unwrap(), Cents(5000));
+        for bad in [
+            "0",
+            "-1",
+            "1.5",
+            "1e3",
+            "",
+            "abc",
+            "99999999999999999999",
+            "100000000000001",
+        ] {
+            assert!(Cents::parse_positive(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn dollars_become_cents_and_nonsense_is_refused() {
+        assert_eq!(Cents::from_dollars(5500.0).unwrap(), Cents(550_000));
+        assert_eq!(Cents::from_dollars(0.1 + 0.2).unwrap(), Cents(30));
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 0.0, 0.001, 1e12 + 1.0] {
+            assert!(Cents::from_dollars(bad).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_cap_adds_the_buffer_and_rounds_down() {
+        assert_eq!(Cents(500_000).with_buffer(1000).unwrap(), Cents(550_000));
+        assert_eq!(
+            Cents(999).with_buffer(1000).unwrap(),
+            Cents(1098),
+            "1098.9 rounds down"
+        );
+        assert_eq!(Cents(500_000).with_buffer(0).unwrap(), Cents(500_000));
+        assert!(Cents(MAX_CENTS).with_buffer(1000).is_err());
     }
 
     #[test]

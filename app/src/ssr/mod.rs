@@ -4,6 +4,8 @@ pub mod accounts;
 pub mod auth;
 pub mod data;
 pub mod flash;
+pub mod secrets;
 mod state;
+pub mod vault_keys;
 
 pub use state::{AppState, AuthConfig};

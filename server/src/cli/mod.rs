@@ -4,6 +4,7 @@ pub mod demo;
 pub mod operator;
 pub mod postgres;
 pub mod serve;
+pub mod token;
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
 pub async fn shutdown_signal() {

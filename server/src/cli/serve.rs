@@ -3,11 +3,16 @@ use std::{net::SocketAddr, sync::Arc};
 use anyhow::Context;
 use app::{
     domain::Email,
-    ssr::{accounts, AppState, AuthConfig},
+    ssr::{accounts, data::spend, AppState, AuthConfig},
 };
 use leptos::config::LeptosOptions;
 
-use crate::{config::ServeArgs, db::Database, http};
+use crate::{
+    config::ServeArgs,
+    db::Database,
+    http,
+    proxy::upstream::{StripeSecret, Upstream},
+};
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let bootstrap_email = Email::parse(&args.bootstrap_email)
@@ -25,6 +30,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     {
         println!("First start: created the admin {bootstrap_email} with password {password}");
         println!("This password is shown only once. Add your colleagues on the Operators page.");
+    }
+
+    // Calls cut off by a previous process (killed between reserve and
+    // settle) are recorded as outcome unknown before serving anew.
+    let timeout = std::time::Duration::from_secs(args.stripe.upstream_timeout_secs);
+    let swept = spend::sweep_abandoned(&db.pool, 2 * timeout.as_secs() as i64 + 60).await?;
+    if swept > 0 {
+        tracing::warn!(
+            swept,
+            "recorded reservations abandoned mid-call as outcome unknown"
+        );
+    }
+    let upstream = Upstream::new(
+        &args.stripe.stripe_api_base,
+        args.stripe.stripe_secret_key.clone().map(StripeSecret::new),
+        timeout,
+    )?;
+    if !upstream.is_configured() {
+        tracing::warn!("STRIPE_SECRET_KEY is not set: the proxy refuses every call until it is");
     }
 
     let state = AppState {
@@ -48,7 +72,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     println!("Vaultcap console: http://{}", listener.local_addr()?);
     let served = axum::serve(
         listener,
-        http::router(state).into_make_service_with_connect_info::<SocketAddr>(),
+        http::router(state, upstream).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(super::shutdown_signal())
     .await

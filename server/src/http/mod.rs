@@ -19,6 +19,7 @@ use tower_http::{compression::CompressionLayer, services::ServeDir};
 use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
+use crate::proxy::{upstream::Upstream, ProxyState};
 use app::{
     app::{shell, App},
     ssr::AppState,
@@ -28,8 +29,8 @@ use app::{
 pub const MAX_FORM_BODY: usize = 64 * 1024;
 
 /// The whole application, apart from the socket, so tests can drive it
-/// with `oneshot`.
-pub fn router(state: AppState) -> Router {
+/// with `oneshot`: the console, the key API and the spend-cap proxy.
+pub fn router(state: AppState, upstream: Upstream) -> Router {
     let routes = generate_route_list(App);
     let leptos_options = state.leptos_options.clone();
 
@@ -57,16 +58,23 @@ pub fn router(state: AppState) -> Router {
             auth::authenticate,
         ))
         .layer(middleware::from_fn(security::same_origin_writes))
-        .layer(sessions);
+        .layer(sessions)
+        .layer(DefaultBodyLimit::max(MAX_FORM_BODY));
 
+    let proxy = crate::proxy::router(ProxyState {
+        pool: state.pool.clone(),
+        upstream,
+    });
     let pkg_dir = std::path::Path::new(state.leptos_options.site_root.as_ref()).join("pkg");
     Router::new()
         .merge(console)
+        .merge(crate::api::keys::router().layer(DefaultBodyLimit::max(MAX_FORM_BODY)))
         .nest_service("/pkg", ServeDir::new(pkg_dir))
         .route("/healthz", get(healthz))
-        .layer(DefaultBodyLimit::max(MAX_FORM_BODY))
-        .layer(CompressionLayer::new())
         .with_state(state)
+        .layer(CompressionLayer::new())
+        // Stripe's answers pass through as they came: no compression layer.
+        .merge(proxy)
 }
 
 /// Answers 200 once the server is serving and its database answers.

@@ -2,7 +2,11 @@
 //! connection or a transaction) so callers choose the transaction boundary.
 
 pub mod actions;
+pub mod api_tokens;
+pub mod audit;
 pub mod billing_records;
 pub mod keys;
 pub mod login_failures;
 pub mod operators;
+pub mod spend;
+pub mod vault_keys;

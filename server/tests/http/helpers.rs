@@ -10,12 +10,21 @@ use leptos::config::LeptosOptions;
 use sqlx::PgPool;
 use tower::ServiceExt;
 
+use std::time::Duration;
+
 use app::{
     domain::{Email, Role},
-    ssr::{accounts, data::actions::Actor, AppState, AuthConfig},
+    ssr::{
+        accounts,
+        data::{actions::Actor, api_tokens},
+        secrets::Secret,
+        AppState, AuthConfig,
+    },
 };
+use server::proxy::upstream::{StripeSecret, Upstream};
 
 pub const PASSWORD: &str = "a long test password";
+pub const REAL_STRIPE_KEY: &str = "sk_test_real";
 
 /// The application on a test database, driven without a socket.
 pub struct TestApp {
@@ -29,15 +38,87 @@ impl TestApp {
     }
 
     pub fn with_auth(pool: PgPool, auth: AuthConfig) -> Self {
+        Self::build(
+            pool,
+            auth,
+            Upstream::new("http://127.0.0.1:9", None, Duration::from_secs(1)).unwrap(),
+        )
+    }
+
+    /// The application forwarding proxied calls to `base` with the real
+    /// Stripe key `sk_test_real`, waiting at most `timeout` for an answer.
+    pub fn with_upstream(pool: PgPool, base: &str, timeout: Duration) -> Self {
+        let secret = StripeSecret::new(REAL_STRIPE_KEY.into());
+        Self::build(
+            pool,
+            AuthConfig::default(),
+            Upstream::new(base, Some(secret), timeout).unwrap(),
+        )
+    }
+
+    fn build(pool: PgPool, auth: AuthConfig, upstream: Upstream) -> Self {
         let state = AppState {
             leptos_options: LeptosOptions::builder().output_name("vaultcap").build(),
             pool: pool.clone(),
             auth: Arc::new(auth),
         };
         Self {
-            router: server::http::router(state),
+            router: server::http::router(state, upstream),
             pool,
         }
+    }
+
+    /// An admin API token, as `vaultcap token add` makes one.
+    pub async fn api_token(&self) -> String {
+        let secret = Secret::generate("vct_");
+        api_tokens::insert(&self.pool, "tests", &secret.hash, &secret.prefix, None)
+            .await
+            .unwrap();
+        secret.plaintext
+    }
+
+    /// A JSON request to the key API.
+    pub async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<serde_json::Value>,
+    ) -> TestResponse {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, "localhost");
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let body = match body {
+            Some(json) => {
+                request = request.header(header::CONTENT_TYPE, "application/json");
+                Body::from(json.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.send(request.body(body).unwrap()).await
+    }
+
+    /// A Stripe-style call through the proxy with a vault key.
+    pub async fn stripe(
+        &self,
+        path: &str,
+        vault_key: &str,
+        form: &str,
+        extra: &[(&str, &str)],
+    ) -> TestResponse {
+        let mut request = Request::post(path)
+            .header(header::HOST, "localhost")
+            .header(header::AUTHORIZATION, format!("Bearer {vault_key}"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        self.send(request.body(Body::from(form.to_owned())).unwrap())
+            .await
     }
 
     pub async fn add_operator(&self, email: &str, role: Role) -> i64 {
@@ -138,6 +219,19 @@ pub struct TestResponse {
 }
 
 impl TestResponse {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|err| panic!("not JSON ({err}): {}", self.body))
+    }
+
+    /// The `error.code` of a Stripe-shaped or API error body.
+    pub fn error_code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     pub fn location(&self) -> &str {
         self.headers
             .get(header::LOCATION)

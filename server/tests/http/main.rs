@@ -1,10 +1,13 @@
-//! The console's HTTP behaviour, driven through the real router against a
+//! Vaultcap over HTTP (console, key API, proxy), driven through the real router against a
 //! real PostgreSQL database (one fresh database per test, from
 //! `DATABASE_URL`).
 
+mod fake_stripe;
 mod helpers;
 
 mod auth;
+mod key_api;
 mod operators;
 mod pages;
+mod proxy;
 mod schema;

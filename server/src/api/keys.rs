@@ -1,0 +1,308 @@
+//! `/vault/keys`: issue, list, inspect and revoke vault keys.
+//!
+//! `POST /vault/keys` takes the body the seed articles' billing jobs send
+//! (`vendor`, `label`, `daily_usd_cap` in dollars, `allowed_endpoints` as
+//! paths, `expires_at`) and the native form (`billing_period`,
+//! `expected_total_cents`, `buffer_pct`, `currency`, `cap_cents`).
+
+use axum::{
+    extract::{Path, State},
+    http::StatusCode,
+    response::IntoResponse,
+    routing::{get, post},
+    Json, Router,
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, ApiJson, ApiToken};
+use app::{
+    domain::{BillingPeriod, Cents, Currency, EndpointPattern},
+    ssr::{
+        data::{
+            actions::Actor,
+            vault_keys::{self as key_rows, VaultKeyRow},
+        },
+        vault_keys::{self, NewVaultKey},
+        AppState,
+    },
+};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/vault/keys", post(create).get(list))
+        .route("/vault/keys/{id}", get(show))
+        .route("/vault/keys/{id}/revoke", post(revoke))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    #[serde(default)]
+    vendor: Option<String>,
+    label: String,
+    /// The seeds' form: the cap in dollars (expected total × 1.10).
+    #[serde(default)]
+    daily_usd_cap: Option<f64>,
+    #[serde(default)]
+    billing_period: Option<String>,
+    #[serde(default)]
+    expected_total_cents: Option<i64>,
+    /// Percent over the expected total (default 10).
+    #[serde(default)]
+    buffer_pct: Option<f64>,
+    #[serde(default)]
+    currency: Option<String>,
+    #[serde(default)]
+    cap_cents: Option<i64>,
+    allowed_endpoints: Vec<String>,
+    expires_at: String,
+}
+
+const DEFAULT_BUFFER_BPS: u32 = 1000;
+
+impl CreateKey {
+    fn parse(self, now: DateTime<Utc>) -> Result<NewVaultKey, ApiError> {
+        if let Some(vendor) = &self.vendor {
+            if vendor != "stripe" {
+                return Err(ApiError::invalid(format!(
+                    "vendor {vendor:?} is not supported: Vaultcap governs \"stripe\""
+                )));
+            }
+        }
+        let buffer_bps = match self.buffer_pct {
+            None => DEFAULT_BUFFER_BPS,
+            Some(pct) if pct.is_finite() && (0.0..=1000.0).contains(&pct) => {
+                (pct * 100.0).round() as u32
+            }
+            Some(pct) => {
+                return Err(ApiError::invalid(format!(
+                    "buffer_pct {pct} must be between 0 and 1000"
+                )))
+            }
+        };
+        let currency = match &self.currency {
+            Some(code) => Currency::parse(code)?,
+            None => Currency::usd(),
+        };
+        let (expected_total, cap) =
+            match (
+                self.daily_usd_cap,
+                self.expected_total_cents,
+                self.cap_cents,
+            ) {
+                (Some(dollars), None, None) => {
+                    // The seeds send the cap; the expected total is what it was
+                    // computed from.
+                    let cap = Cents::from_dollars(dollars)?;
+                    let expected = i128::from(cap.0) * 10_000 / (10_000 + i128::from(buffer_bps));
+                    (Cents(expected as i64), cap)
+                }
+                (None, Some(expected), cap) => {
+                    if !(0..=app::domain::MAX_CENTS).contains(&expected) {
+                        return Err(ApiError::invalid(format!(
+                            "expected_total_cents {expected} is out of range"
+                        )));
+                    }
+                    let cap = match cap {
+                        Some(cap) => Cents::parse_positive(&cap.to_string()).map_err(|_| {
+                            ApiError::invalid(format!(
+                                "cap_cents {cap} must be a positive number of cents"
+                            ))
+                        })?,
+                        None => Cents(expected).with_buffer(buffer_bps)?,
+                    };
+                    (Cents(expected), cap)
+                }
+                (None, None, _) => return Err(ApiError::invalid(
+                    "give the cap as daily_usd_cap, or the expected total as expected_total_cents",
+                )),
+                (Some(_), _, _) => {
+                    return Err(ApiError::invalid(
+                        "give either daily_usd_cap or expected_total_cents/cap_cents, not both",
+                    ))
+                }
+            };
+        if cap.0 == 0 {
+            return Err(ApiError::invalid(
+                "the cap works out to zero: a key must be able to move some money",
+            ));
+        }
+        let expires_at = DateTime::parse_from_rfc3339(self.expires_at.trim())
+            .map_err(|err| {
+                ApiError::invalid(format!(
+                    "expires_at {:?} is not an RFC 3339 time: {err}",
+                    self.expires_at
+                ))
+            })?
+            .with_timezone(&Utc);
+        let billing_period = match &self.billing_period {
+            Some(period) => period.parse()?,
+            None => period_in_label(&self.label).unwrap_or_else(|| BillingPeriod::containing(now)),
+        };
+        let allowed_endpoints = self
+            .allowed_endpoints
+            .iter()
+            .map(|raw| EndpointPattern::parse(raw))
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = NewVaultKey {
+            label: self.label,
+            billing_period,
+            currency,
+            expected_total,
+            buffer_bps,
+            cap,
+            allowed_endpoints,
+            expires_at,
+        };
+        key.validate(now)?;
+        Ok(key)
+    }
+}
+
+/// `billing-run-2026-07` names its period: the seeds' jobs put it there.
+fn period_in_label(label: &str) -> Option<BillingPeriod> {
+    let tail = label.get(label.len().checked_sub(7)?..)?;
+    tail.parse().ok()
+}
+
+/// A key as the API shows it: never the secret, only its prefix.
+#[derive(Debug, Serialize)]
+pub struct KeyView {
+    id: i64,
+    vendor: &'static str,
+    label: String,
+    prefix: String,
+    billing_period: String,
+    currency: String,
+    expected_total_cents: i64,
+    buffer_pct: f64,
+    cap_cents: i64,
+    spent_cents: i64,
+    reserved_cents: i64,
+    utilization_pct: i64,
+    allowed_endpoints: Vec<String>,
+    expires_at: DateTime<Utc>,
+    status: &'static str,
+    revoked_at: Option<DateTime<Utc>>,
+    revoke_reason: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+impl From<VaultKeyRow> for KeyView {
+    fn from(row: VaultKeyRow) -> Self {
+        let status = if row.revoked_at.is_some() {
+            "revoked"
+        } else if row.expires_at <= Utc::now() {
+            "expired"
+        } else {
+            "active"
+        };
+        Self {
+            id: row.id,
+            vendor: "stripe",
+            utilization_pct: Cents(row.spent_cents + row.reserved_cents)
+                .percent_of(Cents(row.cap_cents)),
+            label: row.label,
+            prefix: row.secret_prefix,
+            billing_period: row.billing_period,
+            currency: row.currency,
+            expected_total_cents: row.expected_total_cents,
+            buffer_pct: f64::from(row.buffer_bps) / 100.0,
+            cap_cents: row.cap_cents,
+            spent_cents: row.spent_cents,
+            reserved_cents: row.reserved_cents,
+            allowed_endpoints: row.allowed_endpoints,
+            expires_at: row.expires_at,
+            status,
+            revoked_at: row.revoked_at,
+            revoke_reason: row.revoke_reason,
+            created_at: row.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct CreatedKey {
+    /// The secret, shown only in this response.
+    vault_key: String,
+    #[serde(flatten)]
+    key: KeyView,
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    token: ApiToken,
+    ApiJson(body): ApiJson<CreateKey>,
+) -> Result<impl IntoResponse, ApiError> {
+    let key = body.parse(Utc::now())?;
+    let (secret, row) =
+        vault_keys::issue(&state.pool, Actor::ApiToken { id: token.id }, key).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedKey {
+            vault_key: secret,
+            key: row.into(),
+        }),
+    ))
+}
+
+/// The newest keys, at most this many.
+const LIST_LIMIT: i64 = 500;
+
+pub async fn list(
+    State(state): State<AppState>,
+    _token: ApiToken,
+) -> Result<Json<Vec<KeyView>>, ApiError> {
+    let rows = key_rows::list(&state.pool, LIST_LIMIT).await?;
+    Ok(Json(rows.into_iter().map(KeyView::from).collect()))
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    _token: ApiToken,
+    Path(id): Path<i64>,
+) -> Result<Json<KeyView>, ApiError> {
+    let row = key_rows::find(&state.pool, id)
+        .await?
+        .ok_or(app::error::AppError::NotFound)?;
+    Ok(Json(row.into()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Revoke {
+    reason: String,
+}
+
+pub async fn revoke(
+    State(state): State<AppState>,
+    token: ApiToken,
+    Path(id): Path<i64>,
+    ApiJson(body): ApiJson<Revoke>,
+) -> Result<Json<KeyView>, ApiError> {
+    let row = vault_keys::revoke(
+        &state.pool,
+        Actor::ApiToken { id: token.id },
+        id,
+        &body.reason,
+    )
+    .await?;
+    Ok(Json(row.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_period_is_read_from_a_label_that_ends_with_one() {
+        assert_eq!(
+            period_in_label("billing-run-2026-07").unwrap().to_string(),
+            "2026-07"
+        );
+        assert_eq!(period_in_label("sqs-billing-run-2026-13"), None);
+        assert_eq!(period_in_label("run"), None);
+        assert_eq!(period_in_label("é-2026-07").unwrap().to_string(), "2026-07");
+    }
+}

@@ -1,0 +1,227 @@
+//! Refusals in Stripe's own error shape, so a Stripe SDK raises a normal
+//! error: `{"error": {"type": …, "code": …, "message": …}}`.
+
+use axum::{
+    http::{HeaderValue, Method, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde_json::json;
+use uuid::Uuid;
+
+use app::{
+    domain::{Cents, Currency},
+    ssr::data::vault_keys::VaultKeyRow,
+};
+
+#[derive(Debug)]
+pub struct StripeError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub code: &'static str,
+    pub message: String,
+    request_id: Option<Uuid>,
+}
+
+fn money(cents: i64, currency: &str) -> String {
+    let currency = Currency::parse(currency).unwrap_or_else(|_| Currency::usd());
+    format!("{} {}", Cents(cents).format(&currency), currency)
+}
+
+impl StripeError {
+    fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message: message.into(),
+            request_id: None,
+        }
+    }
+
+    fn invalid(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(status, "invalid_request_error", code, message)
+    }
+
+    pub fn with_request_id(mut self, request_id: Uuid) -> Self {
+        self.request_id = Some(request_id);
+        self
+    }
+
+    pub fn no_key() -> Self {
+        Self::invalid(
+            StatusCode::UNAUTHORIZED,
+            "missing_api_key",
+            "No vault key provided. Send it as the Stripe API key (Authorization: Bearer vk_…).",
+        )
+    }
+
+    pub fn unknown_key() -> Self {
+        Self::invalid(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "Invalid vault key: no such key exists.",
+        )
+    }
+
+    pub fn revoked(key: &VaultKeyRow) -> Self {
+        Self::invalid(
+            StatusCode::UNAUTHORIZED,
+            "api_key_revoked",
+            format!(
+                "Vault key {} ({}) was revoked: {}.",
+                key.secret_prefix,
+                key.label,
+                key.revoke_reason.as_deref().unwrap_or("no longer valid")
+            ),
+        )
+    }
+
+    pub fn expired(key: &VaultKeyRow) -> Self {
+        Self::invalid(
+            StatusCode::UNAUTHORIZED,
+            "api_key_expired",
+            format!(
+                "Vault key {} ({}) expired at {}.",
+                key.secret_prefix,
+                key.label,
+                key.expires_at.to_rfc3339()
+            ),
+        )
+    }
+
+    pub fn endpoint_not_allowed(method: &Method, path: &str, key: &VaultKeyRow) -> Self {
+        Self::invalid(
+            StatusCode::FORBIDDEN,
+            "endpoint_not_allowed",
+            format!(
+                "Vault key {} may not call {method} {path}; it allows: {}.",
+                key.secret_prefix,
+                key.allowed_endpoints.join(", ")
+            ),
+        )
+    }
+
+    pub fn unreadable_body(status: StatusCode, reason: &str) -> Self {
+        Self::invalid(
+            status,
+            "invalid_request",
+            format!("The request body could not be read: {reason}."),
+        )
+    }
+
+    pub fn not_form_encoded() -> Self {
+        Self::invalid(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "The request body must be form-encoded (application/x-www-form-urlencoded), as Stripe expects.",
+        )
+    }
+
+    pub fn currency(given: Option<&str>, key: &VaultKeyRow) -> Self {
+        let message = match given {
+            Some(given) => format!(
+                "Vault key {} is for {}; this call is in {}.",
+                key.secret_prefix,
+                key.currency.to_uppercase(),
+                given.to_uppercase()
+            ),
+            None => format!(
+                "Missing `currency`: vault key {} is for {}.",
+                key.secret_prefix,
+                key.currency.to_uppercase()
+            ),
+        };
+        Self::invalid(StatusCode::BAD_REQUEST, "currency_mismatch", message)
+    }
+
+    pub fn invalid_amount(reason: &str) -> Self {
+        Self::invalid(
+            StatusCode::BAD_REQUEST,
+            "invalid_amount",
+            format!("Invalid amount: {reason}."),
+        )
+    }
+
+    pub fn cap_exceeded(
+        key: &VaultKeyRow,
+        cap: i64,
+        spent: i64,
+        reserved: i64,
+        attempted: Cents,
+    ) -> Self {
+        let currency = &key.currency;
+        Self::invalid(
+            StatusCode::PAYMENT_REQUIRED,
+            "spend_cap_exceeded",
+            format!(
+                "Spend cap exceeded for vault key {} ({}): cap {}, spent {}, reserved {}, attempted {}. \
+                 If this run is legitimately bigger, request a cap increase with \
+                 POST /vault/keys/{}/cap-increase-requests.",
+                key.secret_prefix,
+                key.label,
+                money(cap, currency),
+                money(spent, currency),
+                money(reserved, currency),
+                money(attempted.0, currency),
+                key.id
+            ),
+        )
+    }
+
+    pub fn not_configured() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "api_error",
+            "proxy_not_configured",
+            "The spend-cap proxy has no Stripe secret key configured (STRIPE_SECRET_KEY); nothing was sent to Stripe.",
+        )
+    }
+
+    pub fn unavailable() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "api_error",
+            "spend_ledger_unavailable",
+            "The spend ledger is unreachable, so the call was not forwarded (the proxy fails closed). Retry later.",
+        )
+    }
+
+    pub fn upstream_unreachable() -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "api_error",
+            "upstream_unreachable",
+            "Stripe could not be reached; the request was not sent and nothing was reserved.",
+        )
+    }
+
+    pub fn outcome_unknown() -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "api_error",
+            "outcome_unknown",
+            "Stripe did not answer in time. The call may have succeeded: retry with the same Idempotency-Key; \
+             the amount stays reserved until reconciliation settles it.",
+        )
+    }
+}
+
+impl IntoResponse for StripeError {
+    fn into_response(self) -> Response {
+        let body =
+            json!({ "error": { "type": self.kind, "code": self.code, "message": self.message } });
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(request_id) = self.request_id {
+            if let Ok(value) = HeaderValue::from_str(&format!("vc_{}", request_id.simple())) {
+                response.headers_mut().insert("request-id", value);
+            }
+        }
+        response
+    }
+}
