@@ -8,4 +8,5 @@ pub mod config;
 pub mod db;
 pub mod embedded_pg;
 pub mod http;
+pub mod metrics;
 pub mod proxy;

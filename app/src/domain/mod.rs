@@ -105,27 +105,6 @@ impl KeyStatus {
     }
 }
 
-impl std::str::FromStr for KeyStatus {
-    type Err = ParseError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "active" => Ok(KeyStatus::Active),
-            "revoked" => Ok(KeyStatus::Revoked),
-            "expired" => Ok(KeyStatus::Expired),
-            other => Err(ParseError::new(format!("unknown key status {other:?}"))),
-        }
-    }
-}
-
-impl TryFrom<String> for KeyStatus {
-    type Error = ParseError;
-
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        value.parse()
-    }
-}
-
 /// A vault key as lists show it (never its secret: only the prefix).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeySummary {

@@ -9,5 +9,9 @@ pub async fn list_vault_keys() -> Result<Vec<KeySummary>, AppError> {
     const KEY_LIST_LIMIT: i64 = 200;
     ssr::auth::require(Role::Viewer)?;
     let state = expect_context::<ssr::AppState>();
-    Ok(ssr::data::keys::list(&state.pool, KEY_LIST_LIMIT).await?)
+    let now = chrono::Utc::now();
+    let rows = ssr::data::vault_keys::list(&state.pool, KEY_LIST_LIMIT).await?;
+    rows.iter()
+        .map(|row| row.summary(now).map_err(AppError::from))
+        .collect()
 }

@@ -105,11 +105,12 @@ impl CreateKey {
                         )));
                     }
                     let cap = match cap {
-                        Some(cap) => Cents::parse_positive(&cap.to_string()).map_err(|_| {
-                            ApiError::invalid(format!(
+                        Some(cap) if cap > 0 && cap <= app::domain::MAX_CENTS => Cents(cap),
+                        Some(cap) => {
+                            return Err(ApiError::invalid(format!(
                                 "cap_cents {cap} must be a positive number of cents"
-                            ))
-                        })?,
+                            )))
+                        }
                         None => Cents(expected).with_buffer(buffer_bps)?,
                     };
                     (Cents(expected), cap)
@@ -191,13 +192,7 @@ pub struct KeyView {
 
 impl From<VaultKeyRow> for KeyView {
     fn from(row: VaultKeyRow) -> Self {
-        let status = if row.revoked_at.is_some() {
-            "revoked"
-        } else if row.expires_at <= Utc::now() {
-            "expired"
-        } else {
-            "active"
-        };
+        let status = row.status(Utc::now()).as_str();
         Self {
             id: row.id,
             vendor: "stripe",

@@ -23,6 +23,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             "the browser bundle is missing: pages will render but not hydrate (build it with scripts/build)"
         );
     }
+    crate::metrics::install();
     let db = Database::open(&args.database).await?;
     if let Some(password) = accounts::bootstrap_admin(&db.pool, &bootstrap_email)
         .await

@@ -70,20 +70,42 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .merge(console)
         .merge(crate::api::keys::router().layer(DefaultBodyLimit::max(MAX_FORM_BODY)))
         .nest_service("/pkg", ServeDir::new(pkg_dir))
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .with_state(state)
         .layer(CompressionLayer::new())
         // Stripe's answers pass through as they came: no compression layer.
         .merge(proxy)
 }
 
-/// Answers 200 once the server is serving and its database answers.
-async fn healthz(State(state): State<AppState>) -> (StatusCode, &'static str) {
+/// Answers 200 while the database answers (the proxy fails closed without it).
+async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
     match sqlx::query("SELECT 1").execute(&state.pool).await {
-        Ok(_) => (StatusCode::OK, "ok"),
+        Ok(_) => (StatusCode::OK, "ready"),
         Err(err) => {
-            tracing::error!(error = %err, "health check: database unreachable");
+            tracing::error!(error = %err, "readiness check: database unreachable");
             (StatusCode::SERVICE_UNAVAILABLE, "database unreachable")
         }
+    }
+}
+
+/// Prometheus text exposition (see `crate::metrics`).
+async fn metrics() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match crate::metrics::render() {
+        Some(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4",
+            )],
+            text,
+        )
+            .into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics are not enabled in this process",
+        )
+            .into_response(),
     }
 }

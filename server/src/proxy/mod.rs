@@ -88,6 +88,7 @@ impl Call {
     }
 
     fn finish(&mut self, decision: Decision) -> &AuditEntry {
+        crate::metrics::call_decided(decision);
         self.entry.decision = decision;
         self.entry.latency_ms =
             i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX);
@@ -254,10 +255,12 @@ async fn handle(
 
     // 5. Forward with the real key; no transaction is open meanwhile.
     let path_and_query = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or(path);
+    let forwarded_at = Instant::now();
     let outcome = state
         .upstream
         .forward(&method, path_and_query, &headers, body)
         .await;
+    crate::metrics::upstream_answered(forwarded_at.elapsed());
 
     // 6. Settle and audit, then answer with Stripe's own response.
     let (settlement, response) = match outcome {
@@ -305,6 +308,7 @@ async fn handle(
         None => audit::insert(pool, entry).await,
     };
     if let Err(err) = recorded {
+        crate::metrics::ledger_failed("settle");
         // Stripe has answered; the reservation stays pending and the
         // start-up sweep records it as outcome unknown.
         tracing::error!(error = %err, request_id = %entry.request_id, "could not settle a forwarded call");
@@ -313,7 +317,9 @@ async fn handle(
 }
 
 /// The database is unreachable: fail closed, forward nothing.
-async fn unavailable(call: Call, err: sqlx::Error) -> Response {
+async fn unavailable(mut call: Call, err: sqlx::Error) -> Response {
+    crate::metrics::ledger_failed("check_or_reserve");
+    call.finish(Decision::RefusedUnavailable);
     tracing::error!(error = %err, "proxy refused a call: database unavailable");
     let request_id = call.entry.request_id;
     // The audit row cannot be written either; the log line above stands in.

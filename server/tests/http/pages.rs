@@ -90,9 +90,19 @@ async fn server_functions_check_the_role_themselves(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
-async fn health_answers_once_the_database_does(pool: PgPool) {
-    let app = TestApp::new(pool);
-    let response = app.get("/healthz", None).await;
-    assert_eq!(response.status, StatusCode::OK);
-    assert_eq!(response.body, "ok");
+async fn health_answers_always_and_readiness_only_while_the_database_does(pool: PgPool) {
+    let app = TestApp::new(pool.clone());
+    assert_eq!(app.get("/healthz", None).await.body, "ok");
+    let ready = app.get("/readyz", None).await;
+    assert_eq!(
+        (ready.status, ready.body.as_str()),
+        (StatusCode::OK, "ready")
+    );
+
+    pool.close().await;
+    assert_eq!(app.get("/healthz", None).await.status, StatusCode::OK);
+    assert_eq!(
+        app.get("/readyz", None).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
 }

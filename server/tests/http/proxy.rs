@@ -425,6 +425,30 @@ async fn with_the_database_gone_the_proxy_fails_closed(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn calls_are_counted_by_decision_in_the_metrics(pool: PgPool) {
+    server::metrics::install();
+    let (app, _, key, _) = proxy_with_key(pool, 1000).await;
+    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    let metrics = app.get("/metrics", None).await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    // Other tests in this process count too: only presence is certain.
+    assert!(
+        metrics
+            .body
+            .contains("vaultcap_proxy_calls_total{decision=\"allowed\"}"),
+        "{}",
+        metrics.body
+    );
+    assert!(metrics
+        .body
+        .contains("vaultcap_proxy_calls_total{decision=\"refused_cap\"}"));
+    assert!(metrics
+        .body
+        .contains("vaultcap_upstream_latency_seconds_bucket"));
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_reservation_cut_off_mid_call_is_swept_into_the_audit_log(pool: PgPool) {
     let (_, _, _, key_id) = proxy_with_key(pool.clone(), 5000).await;
     // What a proxy killed between reserve and settle leaves behind.

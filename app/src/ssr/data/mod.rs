@@ -5,7 +5,6 @@ pub mod actions;
 pub mod api_tokens;
 pub mod audit;
 pub mod billing_records;
-pub mod keys;
 pub mod login_failures;
 pub mod operators;
 pub mod spend;

@@ -1,7 +1,11 @@
 //! Vault keys as the key API and the proxy read and write them.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgExecutor;
+use sqlx::{PgExecutor, Row};
+
+use crate::domain::{
+    BillingPeriod, Cents, Currency, KeyStatus, KeySummary, ParseError, PeriodTotals,
+};
 
 /// A vault key's row (never its secret, only the hash's lookup).
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -21,6 +25,36 @@ pub struct VaultKeyRow {
     pub revoked_at: Option<DateTime<Utc>>,
     pub revoke_reason: Option<String>,
     pub created_at: DateTime<Utc>,
+}
+
+impl VaultKeyRow {
+    /// Revoked, expired or active: derived, never stored.
+    pub fn status(&self, now: DateTime<Utc>) -> KeyStatus {
+        if self.revoked_at.is_some() {
+            KeyStatus::Revoked
+        } else if self.expires_at <= now {
+            KeyStatus::Expired
+        } else {
+            KeyStatus::Active
+        }
+    }
+
+    /// The key as the console lists it.
+    pub fn summary(&self, now: DateTime<Utc>) -> Result<KeySummary, ParseError> {
+        Ok(KeySummary {
+            id: self.id,
+            label: self.label.clone(),
+            secret_prefix: self.secret_prefix.clone(),
+            billing_period: self.billing_period.clone(),
+            currency: Currency::parse(&self.currency)?,
+            expected_total: Cents(self.expected_total_cents),
+            cap: Cents(self.cap_cents),
+            spent: Cents(self.spent_cents),
+            reserved: Cents(self.reserved_cents),
+            status: self.status(now),
+            expires_at: self.expires_at,
+        })
+    }
 }
 
 const COLUMNS: &str = "id, label, secret_prefix, billing_period, currency, expected_total_cents, buffer_bps,
@@ -113,4 +147,40 @@ pub async fn revoke(
     .bind(revoked_by)
     .fetch_optional(db)
     .await
+}
+
+/// Totals of a period's keys, one row per currency.
+pub async fn period_totals(
+    db: impl PgExecutor<'_>,
+    period: BillingPeriod,
+) -> Result<Vec<PeriodTotals>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT currency, count(*) AS keys,
+                count(*) FILTER (WHERE revoked_at IS NULL AND expires_at > now()) AS active_keys,
+                sum(expected_total_cents)::bigint AS expected, sum(cap_cents)::bigint AS cap,
+                sum(spent_cents)::bigint AS spent, sum(reserved_cents)::bigint AS reserved
+         FROM vault_keys WHERE billing_period = $1
+         GROUP BY currency ORDER BY currency",
+    )
+    .bind(period.to_string())
+    .fetch_all(db)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(PeriodTotals {
+                currency: Currency::parse(row.try_get("currency")?).map_err(|err| {
+                    sqlx::Error::ColumnDecode {
+                        index: "currency".into(),
+                        source: Box::new(err),
+                    }
+                })?,
+                keys: row.try_get("keys")?,
+                active_keys: row.try_get("active_keys")?,
+                expected_total: Cents(row.try_get("expected")?),
+                cap: Cents(row.try_get("cap")?),
+                spent: Cents(row.try_get("spent")?),
+                reserved: Cents(row.try_get("reserved")?),
+            })
+        })
+        .collect()
 }
