@@ -102,6 +102,22 @@ impl EmbeddedPostgres {
         )
     }
 
+    /// `pgbench` against this cluster (for benchmarks that compare with it).
+    pub fn pgbench(&self, database: &str) -> Command {
+        // A client: it need not run as the postgres user, and some systems
+        // keep it apart from the server binaries (then it is on PATH).
+        let beside_server = self.bin_dir.join("pgbench");
+        let mut cmd = if beside_server.is_file() { Command::new(beside_server) } else { Command::new("pgbench") };
+        cmd.arg("-h").arg(&self.cluster_dir).args([
+            "-p",
+            &PORT.to_string(),
+            "-U",
+            "postgres",
+            database,
+        ]);
+        cmd
+    }
+
     /// Stops the server if this process started it ("fast" shutdown: open
     /// transactions are rolled back, data is flushed).
     pub async fn stop(self) -> anyhow::Result<()> {

@@ -24,6 +24,9 @@ enum Command {
     /// Manage admin API tokens (for the key API).
     #[command(subcommand)]
     Token(cli::token::TokenCommand),
+    /// Benchmarks that print figures (in a private cluster made for the run).
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
     /// Fill the database with realistic demo data.
     Demo(cli::demo::DemoArgs),
     /// Run only the private PostgreSQL cluster until interrupted, printing
@@ -45,6 +48,7 @@ async fn main() -> std::process::ExitCode {
         Command::Operator(command) => cli::operator::run(command).await,
         Command::Token(command) => cli::token::run(command).await,
         Command::Demo(args) => cli::demo::run(args).await,
+        Command::Bench(command) => cli::bench::run(command).await,
         Command::Postgres(args) => cli::postgres::run(args).await,
     };
     match result {

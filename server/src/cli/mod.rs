@@ -1,5 +1,6 @@
 //! The `vaultcap` subcommands.
 
+pub mod bench;
 pub mod demo;
 pub mod operator;
 pub mod postgres;
