@@ -107,7 +107,11 @@ impl EmbeddedPostgres {
         // A client: it need not run as the postgres user, and some systems
         // keep it apart from the server binaries (then it is on PATH).
         let beside_server = self.bin_dir.join("pgbench");
-        let mut cmd = if beside_server.is_file() { Command::new(beside_server) } else { Command::new("pgbench") };
+        let mut cmd = if beside_server.is_file() {
+            Command::new(beside_server)
+        } else {
+            Command::new("pgbench")
+        };
         cmd.arg("-h").arg(&self.cluster_dir).args([
             "-p",
             &PORT.to_string(),
