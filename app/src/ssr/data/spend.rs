@@ -38,59 +38,34 @@ pub async fn reserve(
     amount: i64,
     facts: &ReservationFacts<'_>,
 ) -> Result<Reserved, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    // Recording the reservation first makes a concurrent retry with the
-    // same Idempotency-Key wait here and then see it as a replay.
-    let reservation_id: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO reservations (vault_key_id, request_id, idempotency_key, amount_cents, method, path,
-             stripe_customer, metadata_customer_id, billing_period, currency)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-         ON CONFLICT (vault_key_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-         RETURNING id",
-    )
-    .bind(key_id)
-    .bind(facts.request_id)
-    .bind(facts.idempotency_key)
-    .bind(amount)
-    .bind(facts.method)
-    .bind(facts.path)
-    .bind(facts.stripe_customer)
-    .bind(facts.metadata_customer_id)
-    .bind(facts.billing_period)
-    .bind(facts.currency)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(reservation_id) = reservation_id else {
-        return Ok(Reserved::Replay);
-    };
-    let reserved = sqlx::query(
-        "UPDATE vault_keys SET reserved_cents = reserved_cents + $2
-         WHERE id = $1 AND revoked_at IS NULL AND expires_at > now()
-           AND spent_cents + reserved_cents + $2 <= cap_cents",
-    )
-    .bind(key_id)
-    .bind(amount)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if reserved {
-        tx.commit().await?;
-        return Ok(Reserved::New { reservation_id });
-    }
-    tx.rollback().await?;
-    let state: Option<(i64, i64, i64, bool)> = sqlx::query_as(
-        "SELECT cap_cents, spent_cents, reserved_cents, revoked_at IS NULL AND expires_at > now()
-         FROM vault_keys WHERE id = $1",
-    )
-    .bind(key_id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(match state {
-        Some((cap, spent, reserved, true)) => Reserved::OverCap {
-            cap,
-            spent,
-            reserved,
+    // One statement, one commit: see reserve_spend in the migrations.
+    let (outcome, reservation_id, cap, spent, reserved): (
+        String,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+    ) = sqlx::query_as("SELECT * FROM reserve_spend($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+        .bind(key_id)
+        .bind(facts.request_id)
+        .bind(facts.idempotency_key)
+        .bind(amount)
+        .bind(facts.method)
+        .bind(facts.path)
+        .bind(facts.stripe_customer)
+        .bind(facts.metadata_customer_id)
+        .bind(facts.billing_period)
+        .bind(facts.currency)
+        .fetch_optional(pool)
+        .await?
+        .unwrap_or_else(|| ("unusable".into(), None, None, None, None));
+    Ok(match (outcome.as_str(), reservation_id) {
+        ("reserved", Some(reservation_id)) => Reserved::New { reservation_id },
+        ("replay", _) => Reserved::Replay,
+        ("over_cap", _) => Reserved::OverCap {
+            cap: cap.unwrap_or_default(),
+            spent: spent.unwrap_or_default(),
+            reserved: reserved.unwrap_or_default(),
         },
         _ => Reserved::KeyUnusable,
     })
@@ -107,7 +82,8 @@ pub enum Settlement {
     Unknown,
 }
 
-/// Settles a reservation and writes the call's audit row, in one transaction.
+/// Settles a reservation and writes the call's audit row, in one statement
+/// (so one commit): see settle_spend in the migrations.
 pub async fn settle(
     pool: &PgPool,
     reservation_id: i64,
@@ -119,36 +95,18 @@ pub async fn settle(
         Settlement::Released => "released",
         Settlement::Unknown => "outcome_unknown",
     };
-    let mut tx = pool.begin().await?;
-    // Only a pending reservation is settled: a sweep may already have
-    // marked it unknown, and then reconciliation owns it.
-    let pending: Option<(i64, i64)> = sqlx::query_as(
-        "UPDATE reservations SET state = $2, settled_at = now()
-         WHERE id = $1 AND state = 'pending'
-         RETURNING vault_key_id, amount_cents",
-    )
-    .bind(reservation_id)
-    .bind(state)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some((key_id, amount)) = pending {
-        let moved = match settlement {
-            Settlement::Spent => {
-                "reserved_cents = reserved_cents - $2, spent_cents = spent_cents + $2"
-            }
-            Settlement::Released => "reserved_cents = reserved_cents - $2",
-            Settlement::Unknown => "",
-        };
-        if !moved.is_empty() {
-            sqlx::query(&format!("UPDATE vault_keys SET {moved} WHERE id = $1"))
-                .bind(key_id)
-                .bind(amount)
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
-    audit::insert(&mut *tx, entry).await?;
-    tx.commit().await
+    let sql = format!(
+        "WITH settled AS (SELECT settle_spend($19, $20))
+         INSERT INTO audit_log ({columns}) SELECT {parameters} FROM settled",
+        columns = audit::COLUMNS,
+        parameters = audit::PARAMETERS
+    );
+    audit::bind(sqlx::query(&sql), entry)
+        .bind(reservation_id)
+        .bind(state)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Reservations left pending by a process that died mid-call, older than
