@@ -15,7 +15,7 @@ use axum::{
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiError, ApiJson, ApiToken};
+use super::{ApiError, ApiErrorBody, ApiJson, ApiToken};
 use app::{
     domain::{BillingPeriod, Cents, Currency, EndpointPattern},
     ssr::{
@@ -30,12 +30,18 @@ use app::{
 
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route(
+            "/api/openapi.json",
+            get(|| async { Json(super::openapi::document()) }),
+        )
         .route("/vault/keys", post(create).get(list))
         .route("/vault/keys/{id}", get(show))
         .route("/vault/keys/{id}/revoke", post(revoke))
 }
 
-#[derive(Debug, Deserialize)]
+/// A request for a vault key: the seed articles' form (`daily_usd_cap`) or
+/// the native form (`expected_total_cents`, optional `cap_cents`).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKey {
     #[serde(default)]
@@ -168,7 +174,7 @@ fn period_in_label(label: &str) -> Option<BillingPeriod> {
 }
 
 /// A key as the API shows it: never the secret, only its prefix.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct KeyView {
     id: i64,
     vendor: &'static str,
@@ -217,7 +223,7 @@ impl From<VaultKeyRow> for KeyView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CreatedKey {
     /// The secret, shown only in this response.
     vault_key: String,
@@ -225,6 +231,10 @@ pub struct CreatedKey {
     key: KeyView,
 }
 
+/// Issue a vault key; the secret is in this response only.
+#[utoipa::path(post, path = "/vault/keys", request_body = CreateKey,
+    responses((status = 201, body = CreatedKey), (status = 400, body = ApiErrorBody), (status = 401, body = ApiErrorBody)),
+    security(("api_token" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     token: ApiToken,
@@ -245,6 +255,9 @@ pub async fn create(
 /// The newest keys, at most this many.
 const LIST_LIMIT: i64 = 500;
 
+/// The newest keys (at most 500).
+#[utoipa::path(get, path = "/vault/keys", responses((status = 200, body = [KeyView]), (status = 401, body = ApiErrorBody)),
+    security(("api_token" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     _token: ApiToken,
@@ -253,6 +266,9 @@ pub async fn list(
     Ok(Json(rows.into_iter().map(KeyView::from).collect()))
 }
 
+/// One key with its spend, reservations and utilization.
+#[utoipa::path(get, path = "/vault/keys/{id}", params(("id" = i64, Path)),
+    responses((status = 200, body = KeyView), (status = 404, body = ApiErrorBody)), security(("api_token" = [])))]
 pub async fn show(
     State(state): State<AppState>,
     _token: ApiToken,
@@ -264,12 +280,16 @@ pub async fn show(
     Ok(Json(row.into()))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Revoke {
     reason: String,
 }
 
+/// Revoke a key: the proxy refuses it from the next call.
+#[utoipa::path(post, path = "/vault/keys/{id}/revoke", params(("id" = i64, Path)), request_body = Revoke,
+    responses((status = 200, body = KeyView), (status = 400, body = ApiErrorBody), (status = 404, body = ApiErrorBody)),
+    security(("api_token" = [])))]
 pub async fn revoke(
     State(state): State<AppState>,
     token: ApiToken,

@@ -2,6 +2,7 @@
 //! Errors have one shape: `{"error": {"code": "…", "message": "…"}}`.
 
 pub mod keys;
+mod openapi;
 
 use axum::{
     extract::{rejection::JsonRejection, FromRequest, FromRequestParts, Request},
@@ -75,6 +76,19 @@ impl ApiError {
             "something went wrong on our side; it has been logged",
         )
     }
+}
+
+/// The API's error shape, for the OpenAPI document.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ApiErrorBody {
+    error: ApiErrorDetail,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ApiErrorDetail {
+    /// Stable, machine-readable: `invalid_request`, `unauthenticated`, `not_found`, …
+    code: String,
+    message: String,
 }
 
 impl IntoResponse for ApiError {

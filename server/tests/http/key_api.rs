@@ -227,3 +227,29 @@ async fn revoking_needs_a_reason_and_happens_once(pool: PgPool) {
         .await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_openapi_document_describes_the_key_api(pool: PgPool) {
+    let app = TestApp::new(pool);
+    let response = app.api("GET", "/api/openapi.json", None, None).await;
+    assert_eq!(response.status, StatusCode::OK);
+    let doc = response.json();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for path in ["/vault/keys", "/vault/keys/{id}", "/vault/keys/{id}/revoke"] {
+        assert!(doc["paths"][path].is_object(), "{path} is documented");
+    }
+    assert!(doc["paths"]["/vault/keys"]["post"]["requestBody"].is_object());
+    let create = &doc["components"]["schemas"]["CreateKey"]["properties"];
+    for field in [
+        "daily_usd_cap",
+        "expected_total_cents",
+        "allowed_endpoints",
+        "expires_at",
+    ] {
+        assert!(create[field].is_object(), "CreateKey.{field} is documented");
+    }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_token"]["scheme"],
+        "bearer"
+    );
+}

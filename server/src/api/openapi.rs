@@ -1,0 +1,37 @@
+//! The OpenAPI document for the key API, served at `/api/openapi.json`.
+
+use utoipa::{
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+    Modify, OpenApi,
+};
+
+use super::{keys, ApiErrorBody, ApiErrorDetail};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Vaultcap key API",
+        description = "Vault keys for billing jobs. Authenticate with an admin API token \
+                       (`vaultcap token add`) as `Authorization: Bearer …`."
+    ),
+    paths(keys::create, keys::list, keys::show, keys::revoke),
+    components(schemas(keys::CreateKey, keys::KeyView, keys::CreatedKey, keys::Revoke, ApiErrorBody, ApiErrorDetail)),
+    modifiers(&ApiTokenAuth)
+)]
+struct ApiDoc;
+
+struct ApiTokenAuth;
+
+impl Modify for ApiTokenAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_token",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+pub fn document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
