@@ -225,8 +225,7 @@ async fn an_idle_session_expires_and_says_so(pool: PgPool) {
         ..AuthConfig::default()
     };
     let app = TestApp::with_auth(pool, auth);
-    app.add_operator("ana@example.com", Role::Viewer).await;
-    let cookie = app.sign_in("ana@example.com").await;
+    let cookie = app.signed_in("ana@example.com", Role::Viewer).await;
 
     let response = app.get("/keys", Some(&cookie)).await;
     assert_eq!(response.status, StatusCode::SEE_OTHER);
@@ -245,8 +244,7 @@ async fn a_session_ends_at_the_absolute_timeout_however_active(pool: PgPool) {
         ..AuthConfig::default()
     };
     let app = TestApp::with_auth(pool, auth);
-    app.add_operator("ana@example.com", Role::Viewer).await;
-    let cookie = app.sign_in("ana@example.com").await;
+    let cookie = app.signed_in("ana@example.com", Role::Viewer).await;
     assert!(app
         .get("/", Some(&cookie))
         .await
@@ -257,8 +255,7 @@ async fn a_session_ends_at_the_absolute_timeout_however_active(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn signing_out_ends_the_session(pool: PgPool) {
     let app = TestApp::new(pool);
-    app.add_operator("ana@example.com", Role::Viewer).await;
-    let cookie = app.sign_in("ana@example.com").await;
+    let cookie = app.signed_in("ana@example.com", Role::Viewer).await;
 
     let response = app.post_form("/auth/logout", "", Some(&cookie)).await;
     assert_eq!(response.location(), "/login?signed_out=1");
@@ -339,8 +336,7 @@ async fn a_malformed_sign_in_form_gets_a_message_not_an_error(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_cross_origin_post_is_refused(pool: PgPool) {
     let app = TestApp::new(pool);
-    app.add_operator("ana@example.com", Role::Admin).await;
-    let cookie = app.sign_in("ana@example.com").await;
+    let cookie = app.signed_in("ana@example.com", Role::Admin).await;
 
     let forged = app
         .post_form_from(

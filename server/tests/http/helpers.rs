@@ -186,6 +186,12 @@ impl TestApp {
         }
     }
 
+    /// Adds an operator with `role` and signs them in: the session cookie.
+    pub async fn signed_in(&self, email: &str, role: Role) -> String {
+        self.add_operator(email, role).await;
+        self.sign_in(email).await
+    }
+
     /// Signs in and returns the session cookie to send with later requests.
     pub async fn sign_in(&self, email: &str) -> String {
         let response = self

@@ -18,8 +18,7 @@ async fn action_count(pool: &PgPool, action: &str) -> i64 {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn an_admin_adds_an_operator_whose_password_is_shown_once_and_stored_hashed(pool: PgPool) {
     let app = TestApp::new(pool.clone());
-    app.add_operator("root@example.com", Role::Admin).await;
-    let cookie = app.sign_in("root@example.com").await;
+    let cookie = app.signed_in("root@example.com", Role::Admin).await;
 
     let added = app
         .post_form(
@@ -76,8 +75,7 @@ async fn an_admin_adds_an_operator_whose_password_is_shown_once_and_stored_hashe
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn adding_an_operator_twice_or_with_bad_fields_explains_and_changes_nothing(pool: PgPool) {
     let app = TestApp::new(pool.clone());
-    app.add_operator("root@example.com", Role::Admin).await;
-    let cookie = app.sign_in("root@example.com").await;
+    let cookie = app.signed_in("root@example.com", Role::Admin).await;
 
     let cases = [
         (
@@ -109,8 +107,7 @@ async fn adding_an_operator_twice_or_with_bad_fields_explains_and_changes_nothin
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_viewer_is_denied_the_operators_page_and_its_forms(pool: PgPool) {
     let app = TestApp::new(pool.clone());
-    app.add_operator("viewer@example.com", Role::Viewer).await;
-    let cookie = app.sign_in("viewer@example.com").await;
+    let cookie = app.signed_in("viewer@example.com", Role::Viewer).await;
 
     let page = app.get("/operators", Some(&cookie)).await;
     assert_eq!(page.status, StatusCode::FORBIDDEN);

@@ -7,8 +7,7 @@ use app::domain::Role;
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn every_console_page_renders_for_a_viewer(pool: PgPool) {
     let app = TestApp::new(pool);
-    app.add_operator("viewer@example.com", Role::Viewer).await;
-    let cookie = app.sign_in("viewer@example.com").await;
+    let cookie = app.signed_in("viewer@example.com", Role::Viewer).await;
     for (path, heading) in [
         ("/", "Overview"),
         ("/keys", "Vault keys"),
@@ -62,8 +61,7 @@ async fn the_keys_page_lists_keys_with_amounts_in_their_currency(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn an_unknown_address_is_a_404_page(pool: PgPool) {
     let app = TestApp::new(pool);
-    app.add_operator("viewer@example.com", Role::Viewer).await;
-    let cookie = app.sign_in("viewer@example.com").await;
+    let cookie = app.signed_in("viewer@example.com", Role::Viewer).await;
     let page = app.get("/no-such-page", Some(&cookie)).await;
     assert_eq!(page.status, StatusCode::NOT_FOUND);
     assert!(page.body.contains("Page not found"));
@@ -72,8 +70,7 @@ async fn an_unknown_address_is_a_404_page(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn server_functions_check_the_role_themselves(pool: PgPool) {
     let app = TestApp::new(pool);
-    app.add_operator("viewer@example.com", Role::Viewer).await;
-    let cookie = app.sign_in("viewer@example.com").await;
+    let cookie = app.signed_in("viewer@example.com", Role::Viewer).await;
 
     let anonymous = app.post_form("/api/list_operators", "", None).await;
     assert_eq!(
