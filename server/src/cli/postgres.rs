@@ -17,11 +17,12 @@ pub struct PostgresArgs {
 
 pub async fn run(args: PostgresArgs) -> anyhow::Result<()> {
     let pg = EmbeddedPostgres::start(&args.data_dir.join("postgres")).await?;
+    let shutdown = super::shutdown_signal();
     let url = pg.url(DATABASE);
     println!("DATABASE_URL={url}");
     if let Some(file) = &args.url_file {
         std::fs::write(file, &url)?;
     }
-    super::shutdown_signal().await;
+    shutdown.await;
     pg.stop().await
 }

@@ -70,12 +70,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .with_context(|| format!("listening on {}", args.addr))?;
+    let shutdown = super::shutdown_signal();
     println!("Vaultcap console: http://{}", listener.local_addr()?);
     let served = axum::serve(
         listener,
         http::router(state, upstream).into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(super::shutdown_signal())
+    .with_graceful_shutdown(shutdown)
     .await
     .context("serving HTTP");
     tracing::info!("shutting down");
