@@ -19,7 +19,7 @@ use tower_http::{compression::CompressionLayer, services::ServeDir};
 use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
-use crate::proxy::{upstream::Upstream, ProxyState};
+use crate::proxy::{upstream::Upstream, KeyLookup, Ledger, ProxyState};
 use app::{
     app::{shell, App},
     ssr::AppState,
@@ -64,6 +64,8 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
     let proxy = crate::proxy::router(ProxyState {
         pool: state.pool.clone(),
         upstream,
+        ledger: Ledger::start(state.pool.clone()),
+        keys: KeyLookup::new(),
     });
     let pkg_dir = std::path::Path::new(state.leptos_options.site_root.as_ref()).join("pkg");
     Router::new()

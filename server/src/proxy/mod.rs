@@ -2,6 +2,8 @@
 //! call goes auth → policy → reserve → forward → settle → audit, and every
 //! call that reaches it leaves exactly one audit row, refusals included.
 
+mod keys;
+mod ledger;
 mod stripe_error;
 pub mod upstream;
 
@@ -24,13 +26,14 @@ use app::{
     domain::{moves_money, Cents, Decision, EndpointPattern},
     ssr::{
         data::{
-            audit::{self, AuditEntry},
-            spend::{self, ReservationFacts, Reserved, Settlement},
-            vault_keys,
+            audit::AuditEntry,
+            spend::{CallRecord, ReserveCall, Reserved, Settlement},
         },
         secrets,
     },
 };
+pub use keys::KeyLookup;
+pub use ledger::Ledger;
 use stripe_error::StripeError;
 use upstream::{Upstream, UpstreamError};
 
@@ -41,6 +44,8 @@ pub const MAX_BODY: usize = 1024 * 1024;
 pub struct ProxyState {
     pub pool: PgPool,
     pub upstream: Upstream,
+    pub ledger: Ledger,
+    pub keys: KeyLookup,
 }
 
 pub fn router(state: ProxyState) -> Router {
@@ -87,25 +92,31 @@ impl Call {
         }
     }
 
-    fn finish(&mut self, decision: Decision) -> &AuditEntry {
+    fn finish(mut self, decision: Decision) -> AuditEntry {
         crate::metrics::call_decided(decision);
         self.entry.decision = decision;
         self.entry.latency_ms =
             i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX);
-        &self.entry
+        self.entry
     }
 
     /// Refuses the call: audits it, answers in Stripe's error shape.
-    async fn refuse(mut self, pool: &PgPool, decision: Decision, error: StripeError) -> Response {
+    async fn refuse(mut self, ledger: &Ledger, decision: Decision, error: StripeError) -> Response {
         self.entry.error_code = Some(error.code.to_owned());
         self.entry.message = Some(error.message.clone());
-        let entry = self.finish(decision).clone();
-        if let Err(err) = audit::insert(pool, &entry).await {
+        let entry = self.finish(decision);
+        let request_id = entry.request_id;
+        let record = CallRecord {
+            entry,
+            reservation_id: None,
+            settlement: None,
+        };
+        if let Err(err) = ledger.record(record).await {
             // Refusing is always safe; the log says the row is missing.
-            tracing::error!(error = %err, request_id = %entry.request_id, decision = decision.as_str(),
+            tracing::error!(error = %err, %request_id, decision = decision.as_str(),
                 "could not write the audit row of a refused call");
         }
-        error.with_request_id(entry.request_id).into_response()
+        error.with_request_id(request_id).into_response()
     }
 }
 
@@ -116,22 +127,44 @@ async fn handle(
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
+    // A call runs to its end even if the client hangs up: once it has
+    // reserved, it must forward and settle, or money is left hanging.
+    let call = tokio::spawn(decide_and_forward(state, method, uri, headers, body));
+    call.await.unwrap_or_else(|err| {
+        tracing::error!(error = %err, "a proxied call panicked");
+        StripeError::internal().into_response()
+    })
+}
+
+async fn decide_and_forward(
+    state: ProxyState,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
     let mut call = Call::new(&method, &uri, &headers);
-    let pool = &state.pool;
+    let (pool, ledger) = (&state.pool, &state.ledger);
 
     // 1. Who is calling: the vault key, as Stripe SDKs send a key.
     let Some(presented) = presented_key(&headers) else {
         return call
-            .refuse(pool, Decision::RefusedUnknownKey, StripeError::no_key())
+            .refuse(ledger, Decision::RefusedUnknownKey, StripeError::no_key())
             .await;
     };
     call.entry.key_prefix = Some(secrets::prefix(&presented));
-    let key = match vault_keys::find_by_secret_hash(pool, &secrets::hash(&presented)).await {
+    let hash = secrets::hash(&presented);
+    let looked_up = if moves_money(method.as_str(), uri.path()) {
+        state.keys.for_charge(pool, &hash).await
+    } else {
+        state.keys.current(pool, &hash).await
+    };
+    let key = match looked_up {
         Ok(Some(key)) => key,
         Ok(None) => {
             return call
                 .refuse(
-                    pool,
+                    ledger,
                     Decision::RefusedUnknownKey,
                     StripeError::unknown_key(),
                 )
@@ -143,12 +176,12 @@ async fn handle(
     call.entry.billing_period = Some(key.billing_period.clone());
     if key.revoked_at.is_some() {
         return call
-            .refuse(pool, Decision::RefusedRevoked, StripeError::revoked(&key))
+            .refuse(ledger, Decision::RefusedRevoked, StripeError::revoked(&key))
             .await;
     }
     if key.expires_at <= Utc::now() {
         return call
-            .refuse(pool, Decision::RefusedExpired, StripeError::expired(&key))
+            .refuse(ledger, Decision::RefusedExpired, StripeError::expired(&key))
             .await;
     }
 
@@ -162,7 +195,7 @@ async fn handle(
     if !allowed {
         return call
             .refuse(
-                pool,
+                ledger,
                 Decision::RefusedEndpoint,
                 StripeError::endpoint_not_allowed(&method, path, &key),
             )
@@ -175,7 +208,7 @@ async fn handle(
         Err(rejection) => {
             let error = StripeError::unreadable_body(rejection.status(), &rejection.body_text());
             return call
-                .refuse(pool, Decision::RefusedInvalidRequest, error)
+                .refuse(ledger, Decision::RefusedInvalidRequest, error)
                 .await;
         }
     };
@@ -183,7 +216,7 @@ async fn handle(
         Ok(params) => params,
         Err(error) => {
             return call
-                .refuse(pool, Decision::RefusedInvalidRequest, error)
+                .refuse(ledger, Decision::RefusedInvalidRequest, error)
                 .await
         }
     };
@@ -195,7 +228,7 @@ async fn handle(
     if !state.upstream.is_configured() {
         return call
             .refuse(
-                pool,
+                ledger,
                 Decision::RefusedUnavailable,
                 StripeError::not_configured(),
             )
@@ -211,7 +244,7 @@ async fn handle(
             other => {
                 return call
                     .refuse(
-                        pool,
+                        ledger,
                         Decision::RefusedCurrency,
                         StripeError::currency(other, &key),
                     )
@@ -220,20 +253,22 @@ async fn handle(
         }
         let amount = match params.amount() {
             Ok(amount) => amount,
-            Err(error) => return call.refuse(pool, Decision::RefusedAmount, error).await,
+            Err(error) => return call.refuse(ledger, Decision::RefusedAmount, error).await,
         };
         call.entry.amount_cents = Some(amount.0);
-        let facts = ReservationFacts {
-            request_id: call.entry.request_id,
-            method: method.as_str(),
-            path,
-            idempotency_key: call.entry.idempotency_key.as_deref(),
-            stripe_customer: call.entry.stripe_customer.as_deref(),
-            metadata_customer_id: call.entry.metadata_customer_id.as_deref(),
-            billing_period: &key.billing_period,
-            currency: call.entry.currency.as_deref(),
+        let reserve = ReserveCall {
+            key: key.id,
+            request: call.entry.request_id,
+            amount: amount.0,
+            idempotency_key: call.entry.idempotency_key.clone(),
+            method: method.to_string(),
+            path: path.to_owned(),
+            stripe_customer: call.entry.stripe_customer.clone(),
+            metadata_customer_id: call.entry.metadata_customer_id.clone(),
+            billing_period: key.billing_period.clone(),
+            currency: call.entry.currency.clone(),
         };
-        match spend::reserve(pool, key.id, amount.0, &facts).await {
+        match ledger.reserve(reserve).await {
             Ok(Reserved::New { reservation_id }) => reservation = Some(reservation_id),
             Ok(Reserved::Replay) => decision = Decision::Replay,
             Ok(Reserved::OverCap {
@@ -242,11 +277,16 @@ async fn handle(
                 reserved,
             }) => {
                 let error = StripeError::cap_exceeded(&key, cap, spent, reserved, amount);
-                return call.refuse(pool, Decision::RefusedCap, error).await;
+                return call.refuse(ledger, Decision::RefusedCap, error).await;
             }
             Ok(Reserved::KeyUnusable) => {
+                // Revoked since it was cached (expiry never changes).
+                let key = match state.keys.current(pool, &hash).await {
+                    Ok(Some(current)) => current,
+                    _ => key,
+                };
                 return call
-                    .refuse(pool, Decision::RefusedRevoked, StripeError::revoked(&key))
+                    .refuse(ledger, Decision::RefusedRevoked, StripeError::revoked(&key))
                     .await;
             }
             Err(err) => return unavailable(call, err).await,
@@ -303,25 +343,26 @@ async fn handle(
         }
     };
     let entry = call.finish(decision);
-    let recorded = match reservation {
-        Some(reservation_id) => spend::settle(pool, reservation_id, settlement, entry).await,
-        None => audit::insert(pool, entry).await,
+    let request_id = entry.request_id;
+    let record = CallRecord {
+        entry,
+        reservation_id: reservation,
+        settlement: reservation.map(|_| settlement),
     };
-    if let Err(err) = recorded {
+    if let Err(err) = ledger.record(record).await {
         crate::metrics::ledger_failed("settle");
         // Stripe has answered; the reservation stays pending and the
-        // start-up sweep records it as outcome unknown.
-        tracing::error!(error = %err, request_id = %entry.request_id, "could not settle a forwarded call");
+        // sweep records it as outcome unknown.
+        tracing::error!(error = %err, %request_id, "could not settle a forwarded call");
     }
     response
 }
 
 /// The database is unreachable: fail closed, forward nothing.
-async fn unavailable(mut call: Call, err: sqlx::Error) -> Response {
+async fn unavailable(call: Call, err: impl std::fmt::Display) -> Response {
     crate::metrics::ledger_failed("check_or_reserve");
-    call.finish(Decision::RefusedUnavailable);
+    let request_id = call.finish(Decision::RefusedUnavailable).request_id;
     tracing::error!(error = %err, "proxy refused a call: database unavailable");
-    let request_id = call.entry.request_id;
     // The audit row cannot be written either; the log line above stands in.
     StripeError::unavailable()
         .with_request_id(request_id)

@@ -192,6 +192,16 @@ impl StripeError {
         )
     }
 
+    /// A bug in the proxy (a panic); the call's fate is in the server log.
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "api_error",
+            "proxy_internal_error",
+            "Vaultcap failed while handling this call; its outcome is in the server log. Do not retry without an Idempotency-Key.",
+        )
+    }
+
     pub fn upstream_unreachable() -> Self {
         Self::new(
             StatusCode::BAD_GATEWAY,

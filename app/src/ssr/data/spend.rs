@@ -1,10 +1,14 @@
-//! Money under a vault key: reserve before forwarding, settle after. The one
-//! place these rules live; every write is a short committed transaction and
-//! the cap is enforced by a conditional UPDATE (and, behind it, a CHECK).
+//! Money under a vault key: reserve before forwarding, settle after. The
+//! rules live in the migrations' reserve_spend / settle_spend functions and
+//! are called only from here; every write is a short committed transaction
+//! (for many calls at once) and the cap is enforced by a conditional UPDATE
+//! (and, behind it, a CHECK).
 
-use sqlx::PgPool;
+use serde::Serialize;
+use sqlx::{types::Json, PgPool};
+use uuid::Uuid;
 
-use super::audit::{self, AuditEntry};
+use super::audit::AuditEntry;
 
 /// The outcome of trying to reserve an amount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,90 +24,95 @@ pub enum Reserved {
     KeyUnusable,
 }
 
-/// What the reservation is for, kept so a cut-off call can be audited later.
-pub struct ReservationFacts<'a> {
-    pub request_id: uuid::Uuid,
-    pub method: &'a str,
-    pub path: &'a str,
-    pub idempotency_key: Option<&'a str>,
-    pub stripe_customer: Option<&'a str>,
-    pub metadata_customer_id: Option<&'a str>,
-    pub billing_period: &'a str,
-    pub currency: Option<&'a str>,
+/// One call's reservation request: what the money is for, kept with the
+/// reservation so a cut-off call can still be audited later.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReserveCall {
+    pub key: i64,
+    pub request: Uuid,
+    pub amount: i64,
+    pub idempotency_key: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub stripe_customer: Option<String>,
+    pub metadata_customer_id: Option<String>,
+    pub billing_period: String,
+    pub currency: Option<String>,
 }
 
-pub async fn reserve(
+/// Reserves for many calls in one statement and one commit (see
+/// reserve_spend_many in the migrations); one outcome per call, in order.
+/// One row of reserve_spend_many.
+#[derive(sqlx::FromRow)]
+struct ReserveOutcome {
+    call_position: i64,
+    outcome: String,
+    reservation_id: Option<i64>,
+    cap: Option<i64>,
+    spent: Option<i64>,
+    reserved: Option<i64>,
+}
+
+/// Reserves for many calls in one statement and one commit (see
+/// reserve_spend_many in the migrations); one outcome per call, in order.
+pub async fn reserve_many(
     pool: &PgPool,
-    key_id: i64,
-    amount: i64,
-    facts: &ReservationFacts<'_>,
-) -> Result<Reserved, sqlx::Error> {
-    // One statement, one commit: see reserve_spend in the migrations.
-    let (outcome, reservation_id, cap, spent, reserved): (
-        String,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-    ) = sqlx::query_as("SELECT * FROM reserve_spend($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
-        .bind(key_id)
-        .bind(facts.request_id)
-        .bind(facts.idempotency_key)
-        .bind(amount)
-        .bind(facts.method)
-        .bind(facts.path)
-        .bind(facts.stripe_customer)
-        .bind(facts.metadata_customer_id)
-        .bind(facts.billing_period)
-        .bind(facts.currency)
-        .fetch_optional(pool)
-        .await?
-        .unwrap_or_else(|| ("unusable".into(), None, None, None, None));
-    Ok(match (outcome.as_str(), reservation_id) {
-        ("reserved", Some(reservation_id)) => Reserved::New { reservation_id },
-        ("replay", _) => Reserved::Replay,
-        ("over_cap", _) => Reserved::OverCap {
-            cap: cap.unwrap_or_default(),
-            spent: spent.unwrap_or_default(),
-            reserved: reserved.unwrap_or_default(),
-        },
-        _ => Reserved::KeyUnusable,
-    })
+    calls: &[ReserveCall],
+) -> Result<Vec<Reserved>, sqlx::Error> {
+    let rows: Vec<ReserveOutcome> = sqlx::query_as("SELECT * FROM reserve_spend_many($1)")
+        .bind(Json(calls))
+        .fetch_all(pool)
+        .await?;
+    let mut outcomes = vec![Reserved::KeyUnusable; calls.len()];
+    for row in rows {
+        let slot = usize::try_from(row.call_position - 1)
+            .ok()
+            .and_then(|i| outcomes.get_mut(i));
+        let Some(slot) = slot else { continue };
+        *slot = match (row.outcome.as_str(), row.reservation_id) {
+            ("reserved", Some(reservation_id)) => Reserved::New { reservation_id },
+            ("replay", _) => Reserved::Replay,
+            ("over_cap", _) => Reserved::OverCap {
+                cap: row.cap.unwrap_or_default(),
+                spent: row.spent.unwrap_or_default(),
+                reserved: row.reserved.unwrap_or_default(),
+            },
+            _ => Reserved::KeyUnusable,
+        };
+    }
+    Ok(outcomes)
 }
 
 /// How a forwarded call ended, for its reservation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Settlement {
     /// Stripe confirmed it: the amount is spent.
+    #[serde(rename = "settled")]
     Spent,
     /// Stripe definitely refused it (a 4xx, or it never left): released.
+    #[serde(rename = "released")]
     Released,
     /// Nobody knows: it stays reserved until reconciliation decides.
+    #[serde(rename = "outcome_unknown")]
     Unknown,
 }
 
-/// Settles a reservation and writes the call's audit row, in one statement
-/// (so one commit): see settle_spend in the migrations.
-pub async fn settle(
-    pool: &PgPool,
-    reservation_id: i64,
-    settlement: Settlement,
-    entry: &AuditEntry,
-) -> Result<(), sqlx::Error> {
-    let state = match settlement {
-        Settlement::Spent => "settled",
-        Settlement::Released => "released",
-        Settlement::Unknown => "outcome_unknown",
-    };
-    let sql = format!(
-        "WITH settled AS (SELECT settle_spend($19, $20))
-         INSERT INTO audit_log ({columns}) SELECT {parameters} FROM settled",
-        columns = audit::COLUMNS,
-        parameters = audit::PARAMETERS
-    );
-    audit::bind(sqlx::query(&sql), entry)
-        .bind(reservation_id)
-        .bind(state)
+/// A decided call: its audit row and, when it held a reservation, how the
+/// reservation ends.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallRecord {
+    #[serde(flatten)]
+    pub entry: AuditEntry,
+    pub reservation_id: Option<i64>,
+    pub settlement: Option<Settlement>,
+}
+
+/// Settles the calls' reservations and appends their audit rows, for many
+/// calls in one statement and one commit (see record_calls in the
+/// migrations): a call's settlement and its audit row commit together.
+pub async fn record_many(pool: &PgPool, calls: &[CallRecord]) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT record_calls($1)")
+        .bind(Json(calls))
         .execute(pool)
         .await?;
     Ok(())
