@@ -7,32 +7,21 @@
 //! so the figures are an upper bound on what the proxy adds.
 
 use std::{
-    os::unix::fs::PermissionsExt,
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context};
-use app::ssr::{
-    data::{actions::Actor, vault_keys::VaultKeyRow},
-    vault_keys::{self, NewVaultKey},
-    AppState, AuthConfig,
-};
+use app::ssr::{AppState, AuthConfig};
 use axum::{routing::post, Json, Router};
-use clap::{Args, Subcommand};
-use sqlx::postgres::PgPoolOptions;
+use clap::Args;
 
+use super::{issue_keys, serve, BenchDatabase};
 use crate::{
-    embedded_pg::{EmbeddedPostgres, DATABASE},
+    embedded_pg::EmbeddedPostgres,
     http,
     proxy::upstream::{StripeSecret, Upstream},
 };
-
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// Added latency and throughput of the spend-cap proxy.
-    Proxy(ProxyBenchArgs),
-}
 
 #[derive(Debug, Args)]
 pub struct ProxyBenchArgs {
@@ -47,30 +36,15 @@ pub struct ProxyBenchArgs {
     pgbench_seconds: u32,
 }
 
-pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
-    match command {
-        BenchCommand::Proxy(args) => proxy(args).await,
-    }
-}
-
-async fn proxy(args: ProxyBenchArgs) -> anyhow::Result<()> {
-    let dir = tempfile::Builder::new()
-        .prefix("vaultcap-bench.")
-        .tempdir()?;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
-    let pg = EmbeddedPostgres::start(&dir.path().join("postgres")).await?;
-    let result = measure(&pg, &args).await;
-    pg.stop().await?;
+pub async fn run(args: ProxyBenchArgs) -> anyhow::Result<()> {
+    let db = BenchDatabase::start().await?;
+    let result = measure(&db, &args).await;
+    db.stop().await?;
     result
 }
 
-async fn measure(pg: &EmbeddedPostgres, args: &ProxyBenchArgs) -> anyhow::Result<()> {
-    let pool = PgPoolOptions::new()
-        .max_connections(32)
-        .connect_with(pg.connect_options(DATABASE))
-        .await?;
-    crate::db::MIGRATOR.run(&pool).await?;
-
+async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()> {
+    let pool = &db.pool;
     let upstream_addr = serve(Router::new().route(
         "/v1/charges",
         post(|| async { Json(serde_json::json!({ "id": "ch_bench", "object": "charge" })) }),
@@ -92,7 +66,8 @@ async fn measure(pg: &EmbeddedPostgres, args: &ProxyBenchArgs) -> anyhow::Result
     let proxy_addr = serve(http::router(state, upstream)).await?;
     let proxy_base = format!("http://{proxy_addr}");
 
-    let keys = issue_keys(&pool, 101).await?;
+    // Caps no run can reach.
+    let keys = issue_keys(pool, 101, 1_000_000_000_000).await?;
     let (hot, spread) = keys.split_first().context("keys were issued")?;
     let spread: Vec<String> = spread.iter().map(|(secret, _)| secret.clone()).collect();
 
@@ -103,6 +78,7 @@ async fn measure(pg: &EmbeddedPostgres, args: &ProxyBenchArgs) -> anyhow::Result
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
         .build()?;
+    let mut spread_rate = 0.0;
     // Warm connections and caches on both paths.
     fire(
         &client,
@@ -114,30 +90,24 @@ async fn measure(pg: &EmbeddedPostgres, args: &ProxyBenchArgs) -> anyhow::Result
     .await?;
     fire(&client, &proxy_base, &spread, 500, args.concurrency).await?;
 
-    let direct = fire(
-        &client,
-        &upstream_base,
-        &[String::from("sk_bench")],
-        args.requests,
-        args.concurrency,
-    )
-    .await?;
-    let proxied = fire(
-        &client,
-        &proxy_base,
-        &spread,
-        args.requests,
-        args.concurrency,
-    )
-    .await?;
-    println!("\nlatency        p50        p99      calls/s");
-    direct.print("direct");
-    proxied.print("proxy");
-    println!(
-        "added        {:>7.2} ms {:>7.2} ms   (targets: <= 1 ms p50, <= 5 ms p99)",
-        proxied.p50() - direct.p50(),
-        proxied.p99() - direct.p99()
-    );
+    let direct_key = [String::from("sk_bench")];
+    println!("\nlatency                p50        p99      calls/s");
+    for in_flight in [args.concurrency, 1] {
+        let requests = if in_flight == 1 { 1_000 } else { args.requests };
+        let direct = fire(&client, &upstream_base, &direct_key, requests, in_flight).await?;
+        let proxied = fire(&client, &proxy_base, &spread, requests, in_flight).await?;
+        direct.print(&format!("direct, {in_flight} in flight"));
+        proxied.print(&format!("proxy, {in_flight} in flight"));
+        println!(
+            "{:<20} {:>7.2} ms {:>7.2} ms   (targets: <= 1 ms p50, <= 5 ms p99)",
+            "added",
+            proxied.p50() - direct.p50(),
+            proxied.p99() - direct.p99()
+        );
+        if in_flight == args.concurrency {
+            spread_rate = proxied.rate();
+        }
+    }
 
     let hot_run = fire(
         &client,
@@ -148,65 +118,31 @@ async fn measure(pg: &EmbeddedPostgres, args: &ProxyBenchArgs) -> anyhow::Result
     )
     .await?;
     println!("\nmetered throughput");
-    println!("100 keys     {:>9.0} calls/s", proxied.rate());
+    println!("100 keys     {spread_rate:>9.0} calls/s");
     println!("1 hot key    {:>9.0} calls/s", hot_run.rate());
 
     let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await?;
     let spent: i64 = sqlx::query_scalar("SELECT sum(spent_cents)::bigint FROM vault_keys")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await?;
     println!(
         "audit rows {audited}, spent {spent} cents (every proxied call metered: {})",
         audited * 100 == spent
     );
 
-    let tps = pgbench(pg, args.pgbench_seconds, args.concurrency.min(16))?;
+    let tps = pgbench(&db.pg, args.pgbench_seconds, args.concurrency.min(16))?;
     println!(
         "pgbench simple-update {tps:.0} tps (same cluster, {} clients)",
         args.concurrency.min(16)
     );
     println!(
         "ratio: 100 keys {:.2}x, hot key {:.2}x of pgbench (targets: >= 0.5x, >= 0.2x)",
-        proxied.rate() / tps,
+        spread_rate / tps,
         hot_run.rate() / tps
     );
-    pool.close().await;
     Ok(())
-}
-
-async fn serve(router: Router) -> anyhow::Result<std::net::SocketAddr> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    Ok(addr)
-}
-
-/// Keys whose caps no run can reach.
-async fn issue_keys(
-    pool: &sqlx::PgPool,
-    count: usize,
-) -> anyhow::Result<Vec<(String, VaultKeyRow)>> {
-    let mut keys = Vec::with_capacity(count);
-    for n in 0..count {
-        let key = NewVaultKey {
-            label: format!("bench-{n}"),
-            billing_period: app::domain::BillingPeriod::containing(chrono::Utc::now()),
-            currency: app::domain::Currency::usd(),
-            expected_total: app::domain::Cents(1_000_000_000_000),
-            buffer_bps: 0,
-            cap: app::domain::Cents(1_000_000_000_000),
-            allowed_endpoints: vec![app::domain::EndpointPattern::parse("/v1/charges")?],
-            expires_at: chrono::Utc::now() + chrono::Duration::hours(1),
-        };
-        keys.push(
-            vault_keys::issue(pool, Actor::System, key)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
-        );
-    }
-    Ok(keys)
 }
 
 struct Run {
@@ -230,7 +166,7 @@ impl Run {
     }
     fn print(&self, name: &str) {
         println!(
-            "{name:<10} {:>7.2} ms {:>7.2} ms {:>9.0}",
+            "{name:<20} {:>7.2} ms {:>7.2} ms {:>9.0}",
             self.p50(),
             self.p99(),
             self.rate()

@@ -1,0 +1,468 @@
+//! `vaultcap bench cap`: the cap under load. Concurrent clients fire charges
+//! at one key whose cap admits exactly `admits` of them, through a real
+//! `vaultcap serve` process in front of an instant fake Stripe; then the same
+//! with that process killed (SIGKILL) and restarted mid-run. Prints what
+//! happened and fails unless the cap held and every call is accounted for.
+//!
+//! Clients behave like a billing job with idempotency keys: one key per
+//! charge, and a charge whose connection broke is retried with the same key
+//! once the proxy is back. The fake Stripe honours those keys as Stripe does
+//! (a retry returns the original charge), and counts the money it took.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{ensure, Context};
+use axum::{extract::State, http::HeaderMap, routing::post, Form, Json, Router};
+use clap::Args;
+use tokio::sync::watch;
+
+use super::{issue_keys, serve, BenchDatabase, ServeProcess};
+use app::ssr::data::spend;
+
+/// Every charge is for this many cents.
+const AMOUNT: i64 = 100;
+
+#[derive(Debug, Args)]
+pub struct CapBenchArgs {
+    /// Charges fired per run.
+    #[arg(long, default_value_t = 10_000)]
+    charges: usize,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// How many charges the key's cap admits.
+    #[arg(long, default_value_t = 2_500)]
+    admits: usize,
+    /// Times the proxy is killed and restarted in the second run.
+    #[arg(long, default_value_t = 2)]
+    kills: usize,
+}
+
+pub async fn run(args: CapBenchArgs) -> anyhow::Result<()> {
+    let binary = std::env::current_exe().context("finding the vaultcap binary")?;
+    println!(
+        "vaultcap bench cap: {} charges of {AMOUNT} cents, {} clients, a cap admitting {}",
+        args.charges, args.concurrency, args.admits
+    );
+    let load = Load {
+        binary,
+        charges: args.charges,
+        concurrency: args.concurrency,
+        admits: args.admits,
+        kills: 0,
+    };
+    let steady = load.run().await?;
+    steady.print("no kills");
+    steady.check_exact()?;
+
+    let killed = Load {
+        kills: args.kills,
+        ..load
+    }
+    .run()
+    .await?;
+    killed.print(&format!("{} kills", args.kills));
+    killed.check_held()?;
+    println!("\nthe cap held and every call is accounted for in both runs");
+    Ok(())
+}
+
+/// One run's shape.
+#[derive(Debug, Clone)]
+pub struct Load {
+    /// The `vaultcap` binary to serve with.
+    pub binary: PathBuf,
+    pub charges: usize,
+    pub concurrency: usize,
+    pub admits: usize,
+    /// SIGKILLs, spread evenly over the admitted charges, each followed by
+    /// a restart.
+    pub kills: usize,
+}
+
+/// What a run did, from the clients', the fake Stripe's and the ledger's
+/// side.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub attempts: usize,
+    pub admits: usize,
+    pub elapsed: Duration,
+    /// Charges answered 200 / 402 `spend_cap_exceeded` / anything else.
+    pub succeeded: usize,
+    pub refused_cap: usize,
+    pub other_answers: Vec<String>,
+    /// Connections that broke (the proxy was killed) and were retried.
+    pub retries: usize,
+    /// Distinct charges the fake Stripe made, and the money they took.
+    pub upstream_charges: usize,
+    pub upstream_cents: i64,
+    pub cap_cents: i64,
+    pub spent_cents: i64,
+    pub reserved_cents: i64,
+    pub audit_rows: i64,
+    /// Charges (idempotency keys) with at least one audit row.
+    pub audited_charges: i64,
+    /// Charges Stripe made with no reservation under their idempotency key.
+    pub unreserved_upstream_charges: i64,
+    /// Charge ids clients received that no audit row names.
+    pub unaudited_successes: i64,
+}
+
+impl Load {
+    fn serve_env(&self, db: &BenchDatabase, stripe: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("DATABASE_URL", db.url()),
+            ("STRIPE_API_BASE", stripe.to_owned()),
+            ("STRIPE_SECRET_KEY", "sk_bench".to_owned()),
+        ]
+    }
+
+    pub async fn run(&self) -> anyhow::Result<Report> {
+        let db = BenchDatabase::start().await?;
+        let result = self.run_in(&db).await;
+        db.stop().await?;
+        result
+    }
+
+    async fn run_in(&self, db: &BenchDatabase) -> anyhow::Result<Report> {
+        let cap_cents = self.admits as i64 * AMOUNT;
+        let (secret, key) = issue_keys(&db.pool, 1, cap_cents)
+            .await?
+            .pop()
+            .context("a key was issued")?;
+        let stripe = FakeStripe::default();
+        let stripe_base = format!("http://{}", serve(stripe.router()).await?);
+        let log = db.scratch().join("serve.log");
+        let mut proxy =
+            ServeProcess::start(&self.binary, &self.serve_env(db, &stripe_base), &log).await?;
+
+        let (base_tx, base_rx) = watch::channel(proxy.base.clone());
+        let (answered_tx, mut answered_rx) = watch::channel(0usize);
+        let answered_tx = Arc::new(answered_tx);
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(self.concurrency)
+            .build()?;
+        let started = Instant::now();
+        let mut clients = tokio::task::JoinSet::new();
+        for _ in 0..self.concurrency {
+            let charger = Charger {
+                client: client.clone(),
+                secret: secret.clone(),
+                base: base_rx.clone(),
+            };
+            let (next, answered, total) = (next.clone(), answered_tx.clone(), self.charges);
+            clients.spawn(async move {
+                let mut tally = Tally::default();
+                loop {
+                    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if n >= total {
+                        return Ok::<_, anyhow::Error>(tally);
+                    }
+                    charger.charge(n, &mut tally).await?;
+                    answered.send_modify(|count| *count += 1);
+                }
+            });
+        }
+
+        // Kill and restart at evenly spaced points while the cap still
+        // admits charges, so that kills cut off calls that move money.
+        for kill in 1..=self.kills {
+            let at = self.admits * kill / (self.kills + 1);
+            answered_rx.wait_for(|count| *count >= at).await?;
+            proxy.kill().await?;
+            proxy =
+                ServeProcess::start(&self.binary, &self.serve_env(db, &stripe_base), &log).await?;
+            base_tx.send_replace(proxy.base.clone());
+        }
+
+        let mut tally = Tally::default();
+        while let Some(done) = clients.join_next().await {
+            tally.add(done??);
+        }
+        let elapsed = started.elapsed();
+        proxy.stop().await?;
+        // Reservations the killed processes left pending are recorded as
+        // outcome unknown (what `serve` does for older ones at start-up).
+        spend::sweep_abandoned(&db.pool, 0).await?;
+
+        let (spent_cents, reserved_cents): (i64, i64) =
+            sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
+                .bind(key.id)
+                .fetch_one(&db.pool)
+                .await?;
+        let (audit_rows, audited_charges): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(DISTINCT idempotency_key) FROM audit_log WHERE vault_key_id = $1",
+        )
+        .bind(key.id)
+        .fetch_one(&db.pool)
+        .await?;
+        let charged = stripe.charges();
+        let unreserved_upstream_charges: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM unnest($1::text[]) AS k
+             WHERE NOT EXISTS (SELECT 1 FROM reservations r WHERE r.vault_key_id = $2 AND r.idempotency_key = k)",
+        )
+        .bind(charged.keys().cloned().collect::<Vec<_>>())
+        .bind(key.id)
+        .fetch_one(&db.pool)
+        .await?;
+        let unaudited_successes: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM unnest($1::text[]) AS c
+             WHERE NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.vault_key_id = $2 AND a.stripe_object_id = c)",
+        )
+        .bind(&tally.charge_ids)
+        .bind(key.id)
+        .fetch_one(&db.pool)
+        .await?;
+
+        Ok(Report {
+            attempts: self.charges,
+            admits: self.admits,
+            elapsed,
+            succeeded: tally.succeeded,
+            refused_cap: tally.refused_cap,
+            other_answers: tally.other_answers,
+            retries: tally.retries,
+            upstream_charges: charged.len(),
+            upstream_cents: charged.len() as i64 * AMOUNT,
+            cap_cents,
+            spent_cents,
+            reserved_cents,
+            audit_rows,
+            audited_charges,
+            unreserved_upstream_charges,
+            unaudited_successes,
+        })
+    }
+}
+
+impl Report {
+    pub fn print(&self, name: &str) {
+        println!("\n{name}: {:.1} s", self.elapsed.as_secs_f64());
+        println!(
+            "  answers         {} succeeded, {} refused for the cap, {} other, {} retried after a broken connection",
+            self.succeeded,
+            self.refused_cap,
+            self.other_answers.len(),
+            self.retries
+        );
+        println!(
+            "  Stripe charged  {} charges, {} cents (cap {} cents)",
+            self.upstream_charges, self.upstream_cents, self.cap_cents
+        );
+        println!(
+            "  ledger          spent {} + reserved {} cents",
+            self.spent_cents, self.reserved_cents
+        );
+        println!(
+            "  audit log       {} rows for {} of {} charges",
+            self.audit_rows, self.audited_charges, self.attempts
+        );
+    }
+
+    /// Without kills: exactly `admits` charges succeed and everything adds
+    /// up to the cent.
+    pub fn check_exact(&self) -> anyhow::Result<()> {
+        self.check_held()?;
+        ensure!(
+            self.succeeded == self.admits,
+            "{} succeeded, {} admitted",
+            self.succeeded,
+            self.admits
+        );
+        ensure!(self.upstream_charges == self.admits);
+        ensure!(self.refused_cap == self.attempts - self.admits);
+        ensure!(self.spent_cents == self.cap_cents && self.reserved_cents == 0);
+        ensure!(
+            self.audit_rows == self.attempts as i64,
+            "{} audit rows for {} calls",
+            self.audit_rows,
+            self.attempts
+        );
+        Ok(())
+    }
+
+    /// With or without kills: never a cent over the cap, and every charge
+    /// and every call accounted for.
+    pub fn check_held(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.other_answers.is_empty(),
+            "unexpected answers: {:?}",
+            &self.other_answers[..self.other_answers.len().min(5)]
+        );
+        ensure!(
+            self.succeeded + self.refused_cap == self.attempts,
+            "every charge was answered"
+        );
+        ensure!(
+            self.upstream_cents <= self.cap_cents,
+            "Stripe took {} cents over a cap of {}",
+            self.upstream_cents,
+            self.cap_cents
+        );
+        ensure!(
+            self.upstream_cents <= self.spent_cents + self.reserved_cents,
+            "Stripe took {} cents; the ledger accounts for {} spent + {} reserved",
+            self.upstream_cents,
+            self.spent_cents,
+            self.reserved_cents
+        );
+        ensure!(self.spent_cents + self.reserved_cents <= self.cap_cents);
+        ensure!(
+            self.spent_cents <= self.upstream_cents,
+            "the ledger counts {} cents spent; Stripe took {}",
+            self.spent_cents,
+            self.upstream_cents
+        );
+        ensure!(
+            self.succeeded <= self.upstream_charges,
+            "{} successes for {} charges",
+            self.succeeded,
+            self.upstream_charges
+        );
+        ensure!(
+            self.unreserved_upstream_charges == 0,
+            "{} charges reached Stripe without a reservation",
+            self.unreserved_upstream_charges
+        );
+        ensure!(
+            self.audited_charges == self.attempts as i64,
+            "{} of {} charges have an audit row",
+            self.audited_charges,
+            self.attempts
+        );
+        ensure!(
+            self.unaudited_successes == 0,
+            "{} charges clients saw succeed are missing from the audit log",
+            self.unaudited_successes
+        );
+        Ok(())
+    }
+}
+
+/// One client's view of a run.
+#[derive(Debug, Default)]
+struct Tally {
+    succeeded: usize,
+    refused_cap: usize,
+    other_answers: Vec<String>,
+    retries: usize,
+    charge_ids: Vec<String>,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.succeeded += other.succeeded;
+        self.refused_cap += other.refused_cap;
+        self.other_answers.extend(other.other_answers);
+        self.retries += other.retries;
+        self.charge_ids.extend(other.charge_ids);
+    }
+}
+
+/// A billing job's charge loop.
+struct Charger {
+    client: reqwest::Client,
+    secret: String,
+    base: watch::Receiver<String>,
+}
+
+impl Charger {
+    /// Charge `n` until it gets an answer, retrying with the same
+    /// Idempotency-Key when the connection breaks.
+    async fn charge(&self, n: usize, tally: &mut Tally) -> anyhow::Result<()> {
+        loop {
+            let base = self.base.borrow().clone();
+            let sent = self
+                .client
+                .post(format!("{base}/v1/charges"))
+                .bearer_auth(&self.secret)
+                .header("idempotency-key", format!("charge-{n}"))
+                .form(&[
+                    ("amount", AMOUNT.to_string()),
+                    ("currency", "usd".into()),
+                    ("customer", format!("cus_{n}")),
+                ])
+                .send()
+                .await;
+            let answer = match sent {
+                Ok(response) => {
+                    let status = response.status();
+                    response.bytes().await.map(|body| (status, body))
+                }
+                Err(err) => Err(err),
+            };
+            let (status, body) = match answer {
+                Ok(answer) => answer,
+                Err(err) if err.is_connect() || err.is_request() || err.is_body() => {
+                    // The proxy was killed: wait until it is back elsewhere.
+                    tally.retries += 1;
+                    let mut base_rx = self.base.clone();
+                    tokio::time::timeout(
+                        Duration::from_secs(60),
+                        base_rx.wait_for(|current| *current != base),
+                    )
+                    .await
+                    .context("the proxy did not come back within 60 s")??;
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            };
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            match status.as_u16() {
+                200 => {
+                    tally.succeeded += 1;
+                    tally
+                        .charge_ids
+                        .push(body["id"].as_str().unwrap_or_default().to_owned());
+                }
+                402 if body["error"]["code"] == "spend_cap_exceeded" => tally.refused_cap += 1,
+                _ => tally.other_answers.push(format!("{status}: {body}")),
+            }
+            return Ok(());
+        }
+    }
+}
+
+/// An instant Stripe that honours Idempotency-Key as Stripe does: a retry
+/// gets the original charge back and takes no money.
+#[derive(Clone, Default)]
+struct FakeStripe {
+    /// Idempotency-Key → charge id.
+    charged: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl FakeStripe {
+    fn router(&self) -> Router {
+        Router::new()
+            .route("/v1/charges", post(Self::charge))
+            .with_state(self.clone())
+    }
+
+    async fn charge(
+        State(stripe): State<Self>,
+        headers: HeaderMap,
+        Form(params): Form<HashMap<String, String>>,
+    ) -> Json<serde_json::Value> {
+        let key = headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let mut charged = stripe.charged.lock().expect("not poisoned");
+        let next = format!("ch_{}", charged.len() + 1);
+        let id = charged.entry(key).or_insert(next).clone();
+        Json(serde_json::json!({
+            "id": id, "object": "charge", "amount": params.get("amount"), "status": "succeeded",
+        }))
+    }
+
+    fn charges(&self) -> HashMap<String, String> {
+        self.charged.lock().expect("not poisoned").clone()
+    }
+}

@@ -1,0 +1,187 @@
+//! `vaultcap bench …`: benchmarks that print figures, each in a private
+//! PostgreSQL cluster made for the run and removed after it.
+
+pub mod cap;
+mod proxy;
+
+use std::{os::unix::fs::PermissionsExt, path::Path, process::Stdio};
+
+use anyhow::{bail, Context};
+use app::ssr::{
+    data::{actions::Actor, vault_keys::VaultKeyRow},
+    vault_keys::{self, NewVaultKey},
+};
+use axum::Router;
+use clap::Subcommand;
+use sqlx::{postgres::PgPoolOptions, PgPool};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+    sync::mpsc,
+};
+
+use crate::embedded_pg::{EmbeddedPostgres, DATABASE};
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Added latency and throughput of the spend-cap proxy.
+    Proxy(proxy::ProxyBenchArgs),
+    /// The cap under load: concurrent charges at one key, with the proxy
+    /// killed (SIGKILL) and restarted mid-run.
+    Cap(cap::CapBenchArgs),
+}
+
+pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Proxy(args) => proxy::run(args).await,
+        BenchCommand::Cap(args) => cap::run(args).await,
+    }
+}
+
+/// A private, migrated PostgreSQL cluster for one run.
+pub struct BenchDatabase {
+    dir: tempfile::TempDir,
+    pub pg: EmbeddedPostgres,
+    pub pool: PgPool,
+}
+
+impl BenchDatabase {
+    pub async fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("vaultcap-bench.")
+            .tempdir()?;
+        // Run as root, PostgreSQL runs as the postgres user, who must get in.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+        let pg = EmbeddedPostgres::start(&dir.path().join("postgres")).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(32)
+            .connect_with(pg.connect_options(DATABASE))
+            .await?;
+        crate::db::MIGRATOR.run(&pool).await?;
+        Ok(Self { dir, pg, pool })
+    }
+
+    pub fn url(&self) -> String {
+        self.pg.url(DATABASE)
+    }
+
+    /// A directory for the run's other files (logs), removed with it.
+    pub fn scratch(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.pool.close().await;
+        self.pg.stop().await
+    }
+}
+
+/// Serves a router on a free local port.
+pub async fn serve(router: Router) -> anyhow::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Ok(addr)
+}
+
+/// `count` vault keys for `/v1/charges` in USD, each capped at `cap_cents`.
+pub async fn issue_keys(
+    pool: &PgPool,
+    count: usize,
+    cap_cents: i64,
+) -> anyhow::Result<Vec<(String, VaultKeyRow)>> {
+    let mut keys = Vec::with_capacity(count);
+    for n in 0..count {
+        let key = NewVaultKey {
+            label: format!("bench-{n}"),
+            billing_period: app::domain::BillingPeriod::containing(chrono::Utc::now()),
+            currency: app::domain::Currency::usd(),
+            expected_total: app::domain::Cents(cap_cents),
+            buffer_bps: 0,
+            cap: app::domain::Cents(cap_cents),
+            allowed_endpoints: vec![app::domain::EndpointPattern::parse("/v1/charges")?],
+            expires_at: chrono::Utc::now() + chrono::Duration::hours(1),
+        };
+        keys.push(
+            vault_keys::issue(pool, Actor::System, key)
+                .await
+                .map_err(|e| anyhow::anyhow!("issuing a bench key: {e}"))
+                .context("bench keys")?,
+        );
+    }
+    Ok(keys)
+}
+
+/// `vaultcap serve` as a child process, its stdout read line by line.
+pub struct ServeProcess {
+    child: Child,
+    /// The console's (and proxy's) base URL, `http://127.0.0.1:…`.
+    pub base: String,
+    lines: mpsc::UnboundedReceiver<String>,
+}
+
+impl ServeProcess {
+    /// Starts `binary serve` on a free port with `env`, its log appended to
+    /// `log`, and returns once it is ready.
+    pub async fn start(binary: &Path, env: &[(&str, String)], log: &Path) -> anyhow::Result<Self> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        let mut child = Command::new(binary)
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .envs(env.iter().map(|(name, value)| (name, value)))
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut stdout = BufReader::new(child.stdout.take().context("serve's stdout")?).lines();
+        while let Some(line) = stdout.next_line().await? {
+            if let Some(address) = line.strip_prefix("Vaultcap console: ") {
+                let base = address.trim().to_owned();
+                // Keep reading so the child never blocks on a full pipe.
+                let (tx, lines) = mpsc::unbounded_channel();
+                tokio::spawn(async move {
+                    while let Ok(Some(line)) = stdout.next_line().await {
+                        let _ = tx.send(line);
+                    }
+                });
+                return Ok(Self { child, base, lines });
+            }
+        }
+        bail!(
+            "vaultcap serve exited before it was ready: {}",
+            child.wait().await?
+        )
+    }
+
+    /// The next line serve prints after its address (`None` once it exits).
+    pub async fn next_line(&mut self) -> Option<String> {
+        self.lines.recv().await
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
+        let pid = self.child.id().context("serve has exited")?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)?;
+        Ok(())
+    }
+
+    /// SIGKILL: no chance to finish anything.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await.context("killing vaultcap serve")
+    }
+
+    /// SIGTERM, then waits for the graceful shutdown to end.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.signal(nix::sys::signal::Signal::SIGTERM)?;
+        self.wait().await
+    }
+
+    /// Waits for the process to exit; an error unless it exits cleanly.
+    pub async fn wait(&mut self) -> anyhow::Result<()> {
+        let status = self.child.wait().await?;
+        anyhow::ensure!(status.success(), "vaultcap serve stopped with {status}");
+        Ok(())
+    }
+}
