@@ -57,3 +57,84 @@ fn serve_without_a_database_url_runs_a_private_cluster_and_stops_it_on_sigterm()
     assert!(status.success(), "serve exits cleanly: {status}");
     assert!(!pid_file.exists(), "the private cluster was stopped");
 }
+
+/// SIGTERM while a charge is at Stripe: serve stops taking new calls but
+/// finishes that one (forwarded, answered, settled, audited) before exiting.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_finishes_the_calls_in_flight() {
+    use std::sync::Arc;
+
+    use axum::{routing::post, Json, Router};
+    use server::cli::bench::{issue_keys, serve, BenchDatabase, ServeProcess};
+    use tokio::sync::Notify;
+
+    let db = BenchDatabase::start().await.unwrap();
+    let (secret, key) = issue_keys(&db.pool, 1, 10_000).await.unwrap().remove(0);
+
+    // A Stripe that holds the charge until the test lets it answer.
+    let (arrived, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let stripe = Router::new().route(
+        "/v1/charges",
+        post({
+            let (arrived, release) = (arrived.clone(), release.clone());
+            move || async move {
+                arrived.notify_one();
+                release.notified().await;
+                Json(serde_json::json!({ "id": "ch_in_flight", "object": "charge" }))
+            }
+        }),
+    );
+    let stripe_base = format!("http://{}", serve(stripe).await.unwrap());
+    let env = [
+        ("DATABASE_URL", db.url()),
+        ("STRIPE_API_BASE", stripe_base),
+        ("STRIPE_SECRET_KEY", "sk_test".to_owned()),
+    ];
+    let mut proxy = ServeProcess::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap")),
+        &env,
+        &db.scratch().join("serve.log"),
+    )
+    .await
+    .unwrap();
+
+    let charge = tokio::spawn(
+        reqwest::Client::new()
+            .post(format!("{}/v1/charges", proxy.base))
+            .bearer_auth(&secret)
+            .form(&[("amount", "2500"), ("currency", "usd")])
+            .send(),
+    );
+    arrived.notified().await;
+    proxy.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(
+        proxy.next_line().await.as_deref(),
+        Some("Shutting down: finishing the calls in flight")
+    );
+    release.notify_one();
+
+    let answer = charge.await.unwrap().unwrap();
+    assert_eq!(answer.status(), 200);
+    let body: serde_json::Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["id"], "ch_in_flight");
+    proxy.wait().await.unwrap();
+
+    let (spent, reserved): (i64, i64) =
+        sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
+            .bind(key.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((spent, reserved), (2500, 0), "the call settled before exit");
+    let audited: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT decision, stripe_object_id FROM audit_log WHERE vault_key_id = $1")
+            .bind(key.id)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        audited,
+        [("allowed".to_owned(), Some("ch_in_flight".to_owned()))]
+    );
+    db.stop().await.unwrap();
+}

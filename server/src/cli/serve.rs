@@ -33,16 +33,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("This password is shown only once. Add your colleagues on the Operators page.");
     }
 
-    // Calls cut off by a previous process (killed between reserve and
-    // settle) are recorded as outcome unknown before serving anew.
+    // Calls cut off by a process killed between reserve and settle are
+    // recorded as outcome unknown once no live call can still own them: at
+    // start, then every minute.
     let timeout = std::time::Duration::from_secs(args.stripe.upstream_timeout_secs);
-    let swept = spend::sweep_abandoned(&db.pool, 2 * timeout.as_secs() as i64 + 60).await?;
-    if swept > 0 {
-        tracing::warn!(
-            swept,
-            "recorded reservations abandoned mid-call as outcome unknown"
-        );
-    }
+    sweep_abandoned(&db.pool, timeout).await?;
+    tokio::spawn({
+        let pool = db.pool.clone();
+        async move {
+            let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
+            every_minute.tick().await;
+            loop {
+                every_minute.tick().await;
+                if let Err(err) = sweep_abandoned(&pool, timeout).await {
+                    tracing::error!(error = %err, "sweeping abandoned reservations");
+                }
+            }
+        }
+    });
     let upstream = Upstream::new(
         &args.stripe.stripe_api_base,
         args.stripe.stripe_secret_key.clone().map(StripeSecret::new),
@@ -70,7 +78,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .with_context(|| format!("listening on {}", args.addr))?;
-    let shutdown = super::shutdown_signal();
+    let signalled = super::shutdown_signal();
+    let shutdown = async {
+        signalled.await;
+        println!("Shutting down: finishing the calls in flight");
+    };
     println!("Vaultcap console: http://{}", listener.local_addr()?);
     let served = axum::serve(
         listener,
@@ -82,4 +94,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     db.close().await?;
     served
+}
+
+/// Records reservations older than any call may take as outcome unknown.
+async fn sweep_abandoned(pool: &sqlx::PgPool, timeout: std::time::Duration) -> anyhow::Result<()> {
+    let swept = spend::sweep_abandoned(pool, 2 * timeout.as_secs() as i64 + 60).await?;
+    if swept > 0 {
+        tracing::warn!(
+            swept,
+            "recorded reservations abandoned mid-call as outcome unknown"
+        );
+    }
+    Ok(())
 }
