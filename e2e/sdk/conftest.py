@@ -46,6 +46,12 @@ def localstripe():
 
 
 @pytest.fixture(scope="session")
+def real_stripe_key() -> str:
+    """The key Vaultcap forwards with; localstripe accepts any `sk_…`."""
+    return REAL_STRIPE_KEY
+
+
+@pytest.fixture(scope="session")
 def vaultcap(localstripe, data_dir):
     env = _vaultcap_env(STRIPE_API_BASE=localstripe, STRIPE_SECRET_KEY=REAL_STRIPE_KEY)
     proc = subprocess.Popen(
@@ -96,19 +102,24 @@ def issue_key(vaultcap, api_token):
 
 
 @pytest.fixture
-def audit_rows():
-    """A key's audit decisions in order, read straight from the database."""
+def sql():
+    """Runs a query against the run's database; rows as lists of strings."""
     url = os.environ.get("E2E_DATABASE_URL")
     if not url:
         pytest.fail("E2E_DATABASE_URL is not set: run these tests through scripts/test")
 
+    def query(text: str) -> list:
+        out = subprocess.run(["psql", url, "-AtF", "\t", "-c", text], check=True, capture_output=True, text=True)
+        return [line.split("\t") for line in out.stdout.splitlines()]
+
+    return query
+
+
+@pytest.fixture
+def audit_rows(sql):
+    """A key's audit decisions in order, read straight from the database."""
+
     def decisions(key_id: int) -> list:
-        out = subprocess.run(
-            ["psql", url, "-Atc", f"SELECT decision FROM audit_log WHERE vault_key_id = {int(key_id)} ORDER BY id"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        return out.split()
+        return [row[0] for row in sql(f"SELECT decision FROM audit_log WHERE vault_key_id = {int(key_id)} ORDER BY id")]
 
     return decisions

@@ -14,14 +14,15 @@ def error_code(error: stripe.StripeError) -> str:
     return error.json_body["error"]["code"]
 
 
-def charge(sdk: stripe.StripeClient, customer_id: str):
+def charge(sdk: stripe.StripeClient, customer_id: str, idempotency_key: str | None = None):
     return sdk.v1.charges.create(
         params={
             "amount": 1000,
             "currency": "usd",
             "source": "pm_card_visa",
             "metadata": {"customer_id": customer_id, "billing_period": "2026-07"},
-        }
+        },
+        options={"idempotency_key": idempotency_key} if idempotency_key else None,
     )
 
 
@@ -74,3 +75,24 @@ def test_an_unknown_key_is_an_authentication_error(vaultcap):
     with pytest.raises(stripe.AuthenticationError) as refused:
         charge(client(vaultcap, "vk_not_a_real_key"), "cust_x")
     assert error_code(refused.value) == "invalid_api_key"
+
+
+def test_a_redelivered_charge_with_the_same_idempotency_key_is_charged_and_metered_once(
+    vaultcap, issue_key, audit_rows, sql
+):
+    key = issue_key(
+        {
+            "label": "sdk-redelivery",
+            "expected_total_cents": 10000,
+            "allowed_endpoints": ["/v1/charges"],
+            "expires_at": "2099-01-01T00:00:00Z",
+        }
+    )
+    sdk = client(vaultcap, key["vault_key"])
+
+    first = charge(sdk, "cust_redelivered", idempotency_key="invoice-2026-07-cust_redelivered")
+    again = charge(sdk, "cust_redelivered", idempotency_key="invoice-2026-07-cust_redelivered")
+
+    assert again.id == first.id, "Stripe answered the retry with the original charge"
+    assert audit_rows(key["id"]) == ["allowed", "replay"]
+    assert sql(f"SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = {key['id']}") == [["1000", "0"]]

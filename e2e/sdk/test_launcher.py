@@ -1,0 +1,34 @@
+"""What localstripe_launcher.py adds to stock localstripe, checked against
+it directly (no Vaultcap in between) with the official SDK."""
+
+import pytest
+import stripe
+
+
+@pytest.fixture
+def sdk(localstripe, real_stripe_key) -> stripe.StripeClient:
+    return stripe.StripeClient(real_stripe_key, base_addresses={"api": localstripe}, max_network_retries=0)
+
+
+def create_charge(sdk: stripe.StripeClient, amount: int, idempotency_key: str):
+    return sdk.v1.charges.create(
+        params={"amount": amount, "currency": "usd", "source": "pm_card_visa"},
+        options={"idempotency_key": idempotency_key},
+    )
+
+
+def test_a_retry_with_the_same_idempotency_key_gets_the_first_charge_back(sdk):
+    first = create_charge(sdk, 1500, "launcher-retry")
+    again = create_charge(sdk, 1500, "launcher-retry")
+    other = create_charge(sdk, 1500, "launcher-other")
+
+    assert again.id == first.id
+    assert again.last_response.headers.get("Idempotent-Replayed") == "true"
+    assert other.id != first.id, "another key is another charge"
+
+
+def test_the_same_idempotency_key_with_other_parameters_is_an_idempotency_error(sdk):
+    create_charge(sdk, 1500, "launcher-mismatch")
+    with pytest.raises(stripe.IdempotencyError) as refused:
+        create_charge(sdk, 2500, "launcher-mismatch")
+    assert refused.value.http_status == 400
