@@ -72,8 +72,23 @@ pub struct ServeArgs {
     )]
     pub bootstrap_email: String,
 
+    /// Webhook URLs that receive alert notifications (Slack incoming
+    /// webhooks or any endpoint taking JSON); repeat the flag, or separate
+    /// them with commas in the variable.
+    #[arg(long = "alert-webhook", env = "VAULTCAP_ALERT_WEBHOOKS", value_delimiter = ',', value_parser = parse_webhook)]
+    pub alert_webhooks: Vec<String>,
+
     #[command(flatten)]
     pub stripe: StripeArgs,
+}
+
+fn parse_webhook(raw: &str) -> Result<String, String> {
+    let url =
+        reqwest::Url::parse(raw.trim()).map_err(|err| format!("{raw:?} is not a URL: {err}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(format!("{raw:?} is not an http(s) URL"));
+    }
+    Ok(url.to_string())
 }
 
 /// Where the proxy forwards allowed calls.

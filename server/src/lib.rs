@@ -8,5 +8,6 @@ pub mod config;
 pub mod db;
 pub mod embedded_pg;
 pub mod http;
+pub mod jobs;
 pub mod metrics;
 pub mod proxy;

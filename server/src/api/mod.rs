@@ -1,6 +1,7 @@
 //! The JSON API billing jobs and tools call with an admin API token.
 //! Errors have one shape: `{"error": {"code": "…", "message": "…"}}`.
 
+pub mod alerts;
 pub mod keys;
 mod openapi;
 

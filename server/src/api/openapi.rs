@@ -5,17 +5,18 @@ use utoipa::{
     Modify, OpenApi,
 };
 
-use super::{keys, ApiErrorBody, ApiErrorDetail};
+use super::{alerts, keys, ApiErrorBody, ApiErrorDetail};
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "Vaultcap key API",
-        description = "Vault keys for billing jobs. Authenticate with an admin API token \
+        description = "Vault keys for billing jobs, and their alerts. Authenticate with an admin API token \
                        (`vaultcap token add`) as `Authorization: Bearer …`."
     ),
-    paths(keys::create, keys::list, keys::show, keys::revoke),
-    components(schemas(keys::CreateKey, keys::KeyView, keys::CreatedKey, keys::Revoke, ApiErrorBody, ApiErrorDetail)),
+    paths(keys::create, keys::list, keys::show, keys::revoke, alerts::list, alerts::acknowledge),
+    components(schemas(keys::CreateKey, keys::KeyView, keys::CreatedKey, keys::Revoke,
+        alerts::AlertView, alerts::Deliveries, alerts::Acknowledge, ApiErrorBody, ApiErrorDetail)),
     modifiers(&ApiTokenAuth)
 )]
 struct ApiDoc;

@@ -3,7 +3,11 @@ use std::{net::SocketAddr, sync::Arc};
 use anyhow::Context;
 use app::{
     domain::Email,
-    ssr::{accounts, data::spend, AppState, AuthConfig},
+    ssr::{
+        accounts,
+        data::{alerts, spend},
+        AppState, AuthConfig,
+    },
 };
 use leptos::config::LeptosOptions;
 
@@ -11,6 +15,7 @@ use crate::{
     config::ServeArgs,
     db::Database,
     http,
+    jobs::notifier::Notifier,
     proxy::upstream::{StripeSecret, Upstream},
 };
 
@@ -35,22 +40,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     // Calls cut off by a process killed between reserve and settle are
     // recorded as outcome unknown once no live call can still own them: at
-    // start, then every minute.
+    // start, then every minute (with the expiry alerts).
     let timeout = std::time::Duration::from_secs(args.stripe.upstream_timeout_secs);
     sweep_abandoned(&db.pool, timeout).await?;
     tokio::spawn({
         let pool = db.pool.clone();
         async move {
             let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
-            every_minute.tick().await;
             loop {
                 every_minute.tick().await;
                 if let Err(err) = sweep_abandoned(&pool, timeout).await {
                     tracing::error!(error = %err, "sweeping abandoned reservations");
                 }
+                if let Err(err) = alerts::raise_expiring(&pool).await {
+                    tracing::error!(error = %err, "raising expiry alerts");
+                }
             }
         }
     });
+    tokio::spawn(Notifier::new(db.pool.clone(), args.alert_webhooks.clone())?.run());
     let upstream = Upstream::new(
         &args.stripe.stripe_api_base,
         args.stripe.stripe_secret_key.clone().map(StripeSecret::new),

@@ -70,7 +70,11 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
     let pkg_dir = std::path::Path::new(state.leptos_options.site_root.as_ref()).join("pkg");
     Router::new()
         .merge(console)
-        .merge(crate::api::keys::router().layer(DefaultBodyLimit::max(MAX_FORM_BODY)))
+        .merge(
+            crate::api::keys::router()
+                .merge(crate::api::alerts::router())
+                .layer(DefaultBodyLimit::max(MAX_FORM_BODY)),
+        )
         .nest_service("/pkg", ServeDir::new(pkg_dir))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

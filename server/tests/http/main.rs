@@ -5,6 +5,7 @@
 mod fake_stripe;
 mod helpers;
 
+mod alerts;
 mod auth;
 mod key_api;
 mod operators;

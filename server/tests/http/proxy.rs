@@ -6,10 +6,13 @@ use sqlx::PgPool;
 
 use crate::{fake_stripe::FakeStripe, helpers::TestApp};
 
-const CHARGE: &str = "amount=1000&currency=usd&customer=cus_1&metadata%5Bcustomer_id%5D=cust_1&metadata%5Bbilling_period%5D=2026-07";
+pub(crate) const CHARGE: &str = "amount=1000&currency=usd&customer=cus_1&metadata%5Bcustomer_id%5D=cust_1&metadata%5Bbilling_period%5D=2026-07";
 
 /// A proxy in front of the fake Stripe, and a vault key with a 5,000-cent cap.
-async fn proxy_with_key(pool: PgPool, cap_cents: i64) -> (TestApp, FakeStripe, String, i64) {
+pub(crate) async fn proxy_with_key(
+    pool: PgPool,
+    cap_cents: i64,
+) -> (TestApp, FakeStripe, String, i64) {
     let stripe = FakeStripe::start().await;
     let app = TestApp::with_upstream(pool, &stripe.base, Duration::from_millis(500));
     let token = app.api_token().await;

@@ -2,6 +2,7 @@
 //! connection or a transaction) so callers choose the transaction boundary.
 
 pub mod actions;
+pub mod alerts;
 pub mod api_tokens;
 pub mod audit;
 pub mod billing_records;

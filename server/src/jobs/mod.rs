@@ -1,0 +1,3 @@
+//! Background work `vaultcap serve` runs beside the HTTP server.
+
+pub mod notifier;

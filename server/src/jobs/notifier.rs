@@ -1,0 +1,236 @@
+//! Delivers alert notifications to the configured webhooks.
+//!
+//! Alerts are queued in `alert_notifications` in the same transaction that
+//! raises them (the outbox); this job plans one delivery per webhook and
+//! posts each until it succeeds, with backoff. Nothing here runs inside the
+//! proxy's path: a webhook that is down delays only its own deliveries.
+//!
+//! The body is Slack incoming-webhook compatible (`text`) and carries the
+//! alert as JSON for any other receiver (`event`, `alert`).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::future::join_all;
+use serde_json::json;
+use sqlx::{postgres::PgListener, PgPool};
+
+/// Deliveries attempted per pass.
+const BATCH: i64 = 20;
+/// After this many failed attempts a delivery is given up (state `failed`).
+const MAX_ATTEMPTS: i32 = 8;
+/// The wait before attempt n + 1 is `FIRST_RETRY × 2^(n-1)`, at most an hour.
+const FIRST_RETRY: Duration = Duration::from_secs(5);
+const MAX_RETRY: Duration = Duration::from_secs(3600);
+
+#[derive(Clone)]
+pub struct Notifier {
+    pool: PgPool,
+    client: reqwest::Client,
+    webhooks: Vec<String>,
+}
+
+/// What one pass did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    pub planned: u64,
+    pub delivered: usize,
+    pub failed_attempts: usize,
+}
+
+#[derive(sqlx::FromRow)]
+struct Due {
+    id: i64,
+    url: String,
+    attempts: i32,
+    alert_id: i64,
+    vault_key_id: i64,
+    key_label: String,
+    kind: String,
+    threshold_pct: i16,
+    message: String,
+    raised_at: DateTime<Utc>,
+}
+
+impl Notifier {
+    pub fn new(pool: PgPool, webhooks: Vec<String>) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .user_agent(concat!("vaultcap/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self {
+            pool,
+            client,
+            webhooks,
+        })
+    }
+
+    /// Runs until the process ends: a pass whenever an alert is raised
+    /// (LISTEN) and at least every 5 seconds for retries.
+    pub async fn run(self) {
+        let mut listener = match PgListener::connect_with(&self.pool).await {
+            Ok(mut listener) => match listener.listen("vaultcap_alerts").await {
+                Ok(()) => Some(listener),
+                Err(err) => {
+                    tracing::warn!(error = %err, "alert notifier: LISTEN failed; polling instead");
+                    None
+                }
+            },
+            Err(err) => {
+                tracing::warn!(error = %err, "alert notifier: LISTEN failed; polling instead");
+                None
+            }
+        };
+        loop {
+            if let Err(err) = self.pass().await {
+                tracing::error!(error = %err, "alert notifier pass failed");
+            }
+            let wait = tokio::time::sleep(Duration::from_secs(5));
+            match listener.as_mut() {
+                Some(listener) => {
+                    tokio::select! {
+                        _ = wait => {}
+                        _ = listener.recv() => {}
+                    }
+                }
+                None => wait.await,
+            }
+        }
+    }
+
+    /// Plans deliveries for newly queued notifications, then attempts every
+    /// delivery that is due.
+    pub async fn pass(&self) -> Result<Pass, sqlx::Error> {
+        let planned = sqlx::query(
+            "WITH planned AS (
+                 UPDATE alert_notifications SET planned_at = now()
+                 WHERE id IN (SELECT id FROM alert_notifications WHERE planned_at IS NULL
+                              ORDER BY id LIMIT 500 FOR UPDATE SKIP LOCKED)
+                 RETURNING id
+             )
+             INSERT INTO alert_deliveries (notification_id, url)
+             SELECT planned.id, url FROM planned, unnest($1::text[]) AS url
+             ON CONFLICT ON CONSTRAINT alert_deliveries_once DO NOTHING",
+        )
+        .bind(&self.webhooks)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+
+        let mut tx = self.pool.begin().await?;
+        // Locked for the attempt, so two servers never post the same one.
+        let due: Vec<Due> = sqlx::query_as(
+            "SELECT d.id, d.url, d.attempts, a.id AS alert_id, a.vault_key_id, k.label AS key_label,
+                    a.kind, a.threshold_pct, a.message, a.raised_at
+             FROM alert_deliveries d
+             JOIN alert_notifications n ON n.id = d.notification_id
+             JOIN alerts a ON a.id = n.alert_id
+             JOIN vault_keys k ON k.id = a.vault_key_id
+             WHERE d.state = 'pending' AND d.next_attempt_at <= now()
+             ORDER BY d.next_attempt_at LIMIT $1
+             FOR UPDATE OF d SKIP LOCKED",
+        )
+        .bind(BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
+        let outcomes = join_all(due.iter().map(|delivery| self.post(delivery))).await;
+        let mut pass = Pass {
+            planned,
+            ..Pass::default()
+        };
+        for (delivery, outcome) in due.iter().zip(outcomes) {
+            match outcome {
+                Ok(status) => {
+                    pass.delivered += 1;
+                    sqlx::query(
+                        "UPDATE alert_deliveries SET state = 'delivered', delivered_at = now(),
+                                attempts = attempts + 1, last_status = $2, last_error = NULL
+                         WHERE id = $1",
+                    )
+                    .bind(delivery.id)
+                    .bind(status as i16)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Err((status, error)) => {
+                    pass.failed_attempts += 1;
+                    let attempts = delivery.attempts + 1;
+                    let state = if attempts >= MAX_ATTEMPTS {
+                        "failed"
+                    } else {
+                        "pending"
+                    };
+                    sqlx::query(
+                        "UPDATE alert_deliveries SET state = $2, attempts = $3, last_status = $4,
+                                last_error = $5, next_attempt_at = now() + make_interval(secs => $6)
+                         WHERE id = $1",
+                    )
+                    .bind(delivery.id)
+                    .bind(state)
+                    .bind(attempts)
+                    .bind(status.map(|s| s as i16))
+                    .bind(&error)
+                    .bind(retry_after(attempts).as_secs_f64())
+                    .execute(&mut *tx)
+                    .await?;
+                    tracing::warn!(url = %delivery.url, attempts, error, "alert webhook delivery failed");
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(pass)
+    }
+
+    /// Posts one notification: the status on 2xx, else the status (if any)
+    /// and what went wrong.
+    async fn post(&self, delivery: &Due) -> Result<u16, (Option<u16>, String)> {
+        let body = json!({
+            "text": format!("Vaultcap alert: {}", delivery.message),
+            "event": "alert.raised",
+            "alert": {
+                "id": delivery.alert_id,
+                "vault_key_id": delivery.vault_key_id,
+                "key_label": delivery.key_label,
+                "kind": delivery.kind,
+                "threshold_pct": delivery.threshold_pct,
+                "message": delivery.message,
+                "raised_at": delivery.raised_at,
+            },
+        });
+        let response = self
+            .client
+            .post(&delivery.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|err| (None, err.to_string()))?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(status.as_u16())
+        } else {
+            Err((
+                Some(status.as_u16()),
+                format!("the webhook answered {status}"),
+            ))
+        }
+    }
+}
+
+fn retry_after(attempts: i32) -> Duration {
+    let factor = 2u32.saturating_pow(attempts.saturating_sub(1).max(0) as u32);
+    FIRST_RETRY.saturating_mul(factor).min(MAX_RETRY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_up_to_an_hour() {
+        assert_eq!(retry_after(1), Duration::from_secs(5));
+        assert_eq!(retry_after(2), Duration::from_secs(10));
+        assert_eq!(retry_after(4), Duration::from_secs(40));
+        assert_eq!(retry_after(20), MAX_RETRY);
+    }
+}

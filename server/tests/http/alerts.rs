@@ -1,0 +1,246 @@
+//! Alerts: raised exactly once by the ledger, delivered through the outbox,
+//! read and acknowledged through the API.
+
+use std::sync::{Arc, Mutex};
+
+use axum::{extract::State, http::StatusCode, routing::post, Json, Router};
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::proxy::{proxy_with_key, CHARGE};
+use server::jobs::notifier::Notifier;
+
+async fn alerts_of(pool: &PgPool, key_id: i64) -> Vec<(String, i16, i32)> {
+    sqlx::query_as(
+        "SELECT kind, threshold_pct, occurrences FROM alerts WHERE vault_key_id = $1 ORDER BY id",
+    )
+    .bind(key_id)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn sixty_four_concurrent_charges_crossing_90_percent_raise_one_alert(pool: PgPool) {
+    // 64 charges of 1,000 under a 70,000 cap: the 63rd takes it past 90 %.
+    let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 70_000).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let (router, key) = (app.router.clone(), key.clone());
+        calls.spawn(async move {
+            let request = axum::http::Request::post("/v1/charges")
+                .header("authorization", format!("Bearer {key}"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(axum::body::Body::from(CHARGE))
+                .unwrap();
+            tower::ServiceExt::oneshot(router, request)
+                .await
+                .unwrap()
+                .status()
+        });
+    }
+    let statuses = calls.join_all().await;
+    assert!(statuses.iter().all(|s| *s == StatusCode::OK));
+    assert_eq!(
+        alerts_of(&pool, key_id).await,
+        [("threshold".into(), 90, 1)]
+    );
+
+    // Further spend past the threshold raises nothing new.
+    for _ in 0..3 {
+        app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    }
+    assert_eq!(
+        alerts_of(&pool, key_id).await,
+        [("threshold".into(), 90, 1)]
+    );
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn refusals_for_the_cap_raise_one_alert_and_count_the_rest(pool: PgPool) {
+    let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 1000).await;
+    let statuses: Vec<StatusCode> = futures::future::join_all(
+        (0..3).map(|_| async { app.stripe("/v1/charges", &key, CHARGE, &[]).await.status }),
+    )
+    .await;
+    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 1);
+    assert_eq!(
+        alerts_of(&pool, key_id).await,
+        [("threshold".into(), 90, 1), ("cap_refused".into(), 0, 2)]
+    );
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_key_close_to_expiry_with_unspent_expected_billing_raises_one_alert(pool: PgPool) {
+    let (_app, _stripe, _key, key_id) = proxy_with_key(pool.clone(), 5000).await;
+    sqlx::query("UPDATE vault_keys SET expires_at = now() + interval '3 hours' WHERE id = $1")
+        .bind(key_id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let raise = || app::ssr::data::alerts::raise_expiring(&pool);
+    assert_eq!(raise().await.unwrap(), 1);
+    assert_eq!(raise().await.unwrap(), 0, "raised once");
+    assert_eq!(alerts_of(&pool, key_id).await, [("expiring".into(), 0, 1)]);
+}
+
+/// A webhook receiver that answers `status` and keeps what it was sent.
+async fn receiver(status: StatusCode) -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let router = Router::new()
+        .route(
+            "/hook",
+            post(
+                move |State(received): State<Arc<Mutex<Vec<serde_json::Value>>>>,
+                      Json(body): Json<serde_json::Value>| async move {
+                    received.lock().unwrap().push(body);
+                    status
+                },
+            ),
+        )
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (url, received)
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn each_webhook_gets_one_delivery_and_a_failing_one_is_retried_later(pool: PgPool) {
+    let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 1000).await;
+    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    let (good, good_received) = receiver(StatusCode::OK).await;
+    let (down, down_received) = receiver(StatusCode::SERVICE_UNAVAILABLE).await;
+    let notifier = Notifier::new(pool.clone(), vec![good, down]).unwrap();
+
+    let first = notifier.pass().await.unwrap();
+    assert_eq!(
+        (first.planned, first.delivered, first.failed_attempts),
+        (2, 1, 1)
+    );
+    let second = notifier.pass().await.unwrap();
+    assert_eq!(
+        (second.planned, second.delivered, second.failed_attempts),
+        (0, 0, 0),
+        "nothing sent twice, the retry waits"
+    );
+
+    let sent = good_received.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1);
+    assert!(
+        sent[0]["text"].as_str().unwrap().contains("threshold 90%"),
+        "{}",
+        sent[0]
+    );
+    assert_eq!(sent[0]["event"], "alert.raised");
+    assert_eq!(sent[0]["alert"]["vault_key_id"], key_id);
+    assert_eq!(sent[0]["alert"]["threshold_pct"], 90);
+    assert_eq!(down_received.lock().unwrap().len(), 1);
+
+    let token = app.api_token().await;
+    let listed = app
+        .api(
+            "GET",
+            &format!("/api/alerts?key={key_id}"),
+            Some(&token),
+            None,
+        )
+        .await
+        .json();
+    assert_eq!(
+        listed[0]["deliveries"],
+        json!({ "delivered": 1, "pending": 1, "failed": 0 })
+    );
+    let (attempts, error): (i32, String) =
+        sqlx::query_as("SELECT attempts, last_error FROM alert_deliveries WHERE state = 'pending'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(attempts, 1);
+    assert!(error.contains("503"), "{error}");
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn on_call_tooling_lists_and_acknowledges_alerts_through_the_api(pool: PgPool) {
+    let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 1000).await;
+    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    let token = app.api_token().await;
+
+    let open = app
+        .api("GET", "/api/alerts?state=open", Some(&token), None)
+        .await;
+    assert_eq!(open.status, StatusCode::OK);
+    let alert = &open.json()[0];
+    assert_eq!(alert["kind"], "threshold");
+    assert_eq!(alert["state"], "open");
+    let id = alert["id"].as_i64().unwrap();
+
+    let acked = app
+        .api(
+            "POST",
+            &format!("/api/alerts/{id}/ack"),
+            Some(&token),
+            Some(json!({ "note": "expected: month-end run" })),
+        )
+        .await;
+    assert_eq!(acked.status, StatusCode::OK, "{}", acked.body);
+    assert_eq!(acked.json()["state"], "acknowledged");
+    assert_eq!(acked.json()["acknowledged_by"], "api token tests");
+    assert_eq!(acked.json()["ack_note"], "expected: month-end run");
+
+    let again = app
+        .api("POST", &format!("/api/alerts/{id}/ack"), Some(&token), None)
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert_eq!(again.error_code(), "already_acknowledged");
+    let open = app
+        .api(
+            "GET",
+            &format!("/api/alerts?state=open&key={key_id}"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(open.json(), json!([]));
+    let logged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM operator_actions WHERE action = 'alert.acknowledge'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(logged, 1);
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn bad_alert_requests_get_clear_errors(pool: PgPool) {
+    let app = crate::helpers::TestApp::new(pool);
+    let token = app.api_token().await;
+    for (path, code) in [
+        ("/api/alerts?state=closed", "invalid_request"),
+        ("/api/alerts?key=abc", "invalid_request"),
+        ("/api/alerts?limit=100000", "invalid_request"),
+        (
+            "/api/alerts?key=1%27%3B%20DROP%20TABLE%20alerts",
+            "invalid_request",
+        ),
+    ] {
+        let response = app.api("GET", path, Some(&token), None).await;
+        assert_eq!(response.status, StatusCode::BAD_REQUEST, "{path}");
+        assert_eq!(response.error_code(), code, "{path}");
+    }
+    let unknown = app
+        .api("POST", "/api/alerts/999/ack", Some(&token), None)
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    let malformed = app
+        .api(
+            "POST",
+            "/api/alerts/999/ack",
+            Some(&token),
+            Some(json!({ "note": 5 })),
+        )
+        .await;
+    assert_eq!(malformed.status, StatusCode::BAD_REQUEST);
+    let anonymous = app.api("GET", "/api/alerts", None, None).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+}
