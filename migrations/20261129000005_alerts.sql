@@ -10,7 +10,12 @@ CREATE TABLE alerts (
     kind                  text        NOT NULL CHECK (kind IN ('threshold', 'cap_refused', 'expiring')),
     -- The threshold crossed (kind 'threshold'); 0 for the other kinds.
     threshold_pct         smallint    NOT NULL DEFAULT 0 CHECK (threshold_pct BETWEEN 0 AND 100),
-    message               text        NOT NULL,
+    -- The key's money when raised (cap refusals: at the latest refusal), in
+    -- its currency: committed (spent + reserved; expiring: spent), the cap,
+    -- and per kind the charge refused or the expected billing left unspent.
+    committed_cents       bigint      NOT NULL,
+    cap_cents             bigint      NOT NULL,
+    amount_cents          bigint,
     -- Calls refused for the cap after the first are counted, not re-raised.
     occurrences           integer     NOT NULL DEFAULT 1,
     raised_at             timestamptz NOT NULL DEFAULT now(),
@@ -97,13 +102,11 @@ BEGIN
     UPDATE vault_keys v SET reserved_cents = v.reserved_cents + p_amount
     WHERE v.id = p_key AND v.revoked_at IS NULL AND v.expires_at > now()
       AND v.spent_cents + v.reserved_cents + p_amount <= v.cap_cents
-    RETURNING v.cap_cents, v.spent_cents + v.reserved_cents AS used, v.alert_thresholds_pct, v.label
+    RETURNING v.cap_cents, v.spent_cents + v.reserved_cents AS used, v.alert_thresholds_pct
     INTO k;
     IF FOUND THEN
-        INSERT INTO alerts (vault_key_id, kind, threshold_pct, message)
-        SELECT p_key, 'threshold', t,
-               format('%s is at %s%% of its cap (threshold %s%%): %s of %s cents committed',
-                      k.label, floor(k.used * 100 / k.cap_cents), t, k.used, k.cap_cents)
+        INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents)
+        SELECT p_key, 'threshold', t, k.used, k.cap_cents
         FROM unnest(k.alert_thresholds_pct) AS t
         WHERE (k.used - p_amount) * 100 < t::bigint * k.cap_cents
           AND k.used * 100 >= t::bigint * k.cap_cents
@@ -114,16 +117,16 @@ BEGIN
 
     -- Refused: the reservation never existed for anyone else.
     DELETE FROM reservations WHERE id = new_id;
-    SELECT v.cap_cents, v.spent_cents, v.reserved_cents, v.label,
+    SELECT v.cap_cents, v.spent_cents, v.reserved_cents,
            v.revoked_at IS NULL AND v.expires_at > now() AS usable
     INTO k FROM vault_keys v WHERE v.id = p_key;
     IF k.usable THEN
-        INSERT INTO alerts (vault_key_id, kind, message)
-        VALUES (p_key, 'cap_refused',
-                format('%s refused a charge of %s cents for its cap: %s spent + %s reserved of %s cents',
-                       k.label, p_amount, k.spent_cents, k.reserved_cents, k.cap_cents))
+        INSERT INTO alerts (vault_key_id, kind, committed_cents, cap_cents, amount_cents)
+        VALUES (p_key, 'cap_refused', k.spent_cents + k.reserved_cents, k.cap_cents, p_amount)
         ON CONFLICT ON CONSTRAINT alerts_once
-        DO UPDATE SET occurrences = alerts.occurrences + 1, last_occurred_at = now();
+        DO UPDATE SET occurrences = alerts.occurrences + 1, last_occurred_at = now(),
+                      committed_cents = EXCLUDED.committed_cents, cap_cents = EXCLUDED.cap_cents,
+                      amount_cents = EXCLUDED.amount_cents;
     END IF;
     RETURN QUERY
         SELECT CASE WHEN k.usable THEN 'over_cap' ELSE 'unusable' END,

@@ -7,7 +7,7 @@ use leptos_router::{
 use super::{ErrorPanel, NoticeBanner};
 use crate::{
     domain::{Me, Notice, Role},
-    server_fns::{get_me, take_notice},
+    server_fns::{get_me, open_alert_count, take_notice},
 };
 
 /// The console's frame: brand, navigation, who is signed in, sign-out, the
@@ -16,6 +16,7 @@ use crate::{
 pub fn Layout() -> impl IntoView {
     let me = OnceResource::new(get_me());
     let notice = OnceResource::new(take_notice());
+    let open_alerts = OnceResource::new(open_alert_count());
     view! {
         <Suspense>
             {move || Suspend::new(async move {
@@ -23,7 +24,8 @@ pub fn Layout() -> impl IntoView {
                     Ok(Some(me)) => {
                         provide_context(me.clone());
                         let notice = notice.await.ok().flatten();
-                        view! { <Frame me notice/> }.into_any()
+                        let open_alerts = open_alerts.await.unwrap_or(0);
+                        view! { <Frame me notice open_alerts/> }.into_any()
                     }
                     // The server sends anonymous visitors to the sign-in page
                     // before rendering; this covers a session that ended while
@@ -45,13 +47,13 @@ pub fn Layout() -> impl IntoView {
 // recursion limit where the router is instantiated.
 
 #[component]
-fn Frame(me: Me, notice: Option<Notice>) -> impl IntoView {
+fn Frame(me: Me, notice: Option<Notice>, open_alerts: i64) -> impl IntoView {
     let is_admin = me.role.allows(Role::Admin);
     view! {
         <a class="skip-link" href="#main">"Skip to content"</a>
         <div class="frame">
             <TopBar me/>
-            <MainNav is_admin/>
+            <MainNav is_admin open_alerts/>
             <main class="content" id="main">
                 {notice.map(|notice| view! { <PageNotice notice/> })}
                 <Outlet/>
@@ -93,13 +95,18 @@ fn TopBar(me: Me) -> impl IntoView {
 }
 
 #[component]
-fn MainNav(is_admin: bool) -> impl IntoView {
+fn MainNav(is_admin: bool, open_alerts: i64) -> impl IntoView {
+    let badge = (open_alerts > 0).then(|| {
+        view! {
+            <span class="badge" aria-label=format!("{open_alerts} open")>{open_alerts}</span>
+        }
+    });
     view! {
         <nav class="sidenav" aria-label="Main">
             <ul>
                 <li><A href="/" exact=true>"Overview"</A></li>
                 <li><A href="/keys">"Vault keys"</A></li>
-                <li><A href="/alerts">"Alerts"</A></li>
+                <li><A href="/alerts">"Alerts" {badge}</A></li>
                 <li><A href="/audit">"Audit log"</A></li>
                 <li><A href="/reconciliation">"Reconciliation"</A></li>
                 <li><A href="/approvals">"Approvals"</A></li>

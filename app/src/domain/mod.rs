@@ -1,6 +1,7 @@
 //! Types both the server and the browser use. Parsed once at the edge,
 //! impossible to misuse after; no I/O here.
 
+mod alert;
 mod decision;
 mod email;
 mod endpoint;
@@ -8,6 +9,7 @@ mod money;
 mod period;
 mod role;
 
+pub use alert::{Alert, AlertState, AlertsView};
 pub use decision::Decision;
 pub use email::Email;
 pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};

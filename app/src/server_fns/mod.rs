@@ -2,11 +2,13 @@
 //! `ssr::accounts`, and maps the result. Mutations are plain HTML forms
 //! handled by the server crate, so every page works without JavaScript.
 
+mod alerts;
 mod me;
 mod operators;
 mod overview;
 mod vault_keys;
 
+pub use alerts::{list_alerts, open_alert_count, ListAlerts, OpenAlertCount};
 pub use me::{get_me, take_notice, GetMe, TakeNotice};
 pub use operators::{list_operators, ListOperators};
 pub use overview::{get_overview, GetOverview};

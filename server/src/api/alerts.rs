@@ -15,7 +15,7 @@ use super::{ApiError, ApiErrorBody, ApiToken};
 use app::ssr::{
     data::{
         actions::Actor,
-        alerts::{self, AlertChangeError, AlertRow, AlertState},
+        alerts::{self, Alert, AlertChangeError, AlertState},
     },
     AppState,
 };
@@ -149,7 +149,17 @@ pub struct AlertView {
     kind: String,
     /// The threshold crossed (kind `threshold`), else 0.
     threshold_pct: i16,
+    /// What happened, in a sentence.
     message: String,
+    /// The key's currency; the amounts below are in its minor units.
+    currency: String,
+    /// Spent + reserved when raised (cap refusals: at the latest refusal;
+    /// expiring: spent).
+    committed_cents: i64,
+    cap_cents: i64,
+    /// The refused charge (cap refusals) or the expected billing left
+    /// unspent (expiring).
+    amount_cents: Option<i64>,
     /// Cap refusals after the first are counted here.
     occurrences: i32,
     /// `open`, `acknowledged` or `snoozed`.
@@ -172,15 +182,19 @@ pub struct Deliveries {
     failed: i64,
 }
 
-impl From<AlertRow> for AlertView {
-    fn from(row: AlertRow) -> Self {
+impl From<Alert> for AlertView {
+    fn from(row: Alert) -> Self {
         Self {
+            message: row.describe(),
             id: row.id,
             vault_key_id: row.vault_key_id,
             key_label: row.key_label,
             kind: row.kind,
             threshold_pct: row.threshold_pct,
-            message: row.message,
+            currency: row.currency,
+            committed_cents: row.committed_cents,
+            cap_cents: row.cap_cents,
+            amount_cents: row.amount_cents,
             occurrences: row.occurrences,
             state: row.state,
             raised_at: row.raised_at,

@@ -41,6 +41,7 @@ async fn fill(db: &Database, customers: i32) -> anyhow::Result<()> {
         println!("{period}: {records} new billing records");
     }
     insert_extra_keys(&mut tx, current).await?;
+    insert_alerts(&mut tx, current).await?;
     actions::record(
         &mut *tx,
         Actor::Cli,
@@ -155,6 +156,36 @@ async fn insert_extra_keys(
     .bind(period.to_string())
     .bind(period.ends_at())
     .bind(period.starts_at())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The threshold alerts the proxy would have raised for the keys above:
+/// those of past periods acknowledged by the first admin (when there is
+/// one), this period's open.
+async fn insert_alerts(
+    tx: &mut Transaction<'_, Postgres>,
+    current: BillingPeriod,
+) -> anyhow::Result<()> {
+    sqlx::query(
+        "WITH crossed AS (
+             SELECT k.id, t, k.cap_cents, k.spent_cents + k.reserved_cents AS used,
+                    LEAST(now() - interval '2 hours', k.expires_at - interval '3 days') AS raised_at,
+                    k.billing_period <> $1 AS past
+             FROM vault_keys k, unnest(k.alert_thresholds_pct) AS t
+             WHERE (k.spent_cents + k.reserved_cents) * 100 >= t::bigint * k.cap_cents
+         ), admin AS (SELECT min(id) AS id FROM operators WHERE role = 'admin')
+         INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents,
+                             raised_at, last_occurred_at, acknowledged_at, acknowledged_by, ack_note)
+         SELECT c.id, 'threshold', c.t, c.used, c.cap_cents, c.raised_at, c.raised_at,
+                CASE WHEN c.past AND admin.id IS NOT NULL THEN c.raised_at + interval '40 minutes' END,
+                CASE WHEN c.past THEN admin.id END,
+                CASE WHEN c.past AND admin.id IS NOT NULL THEN 'Expected: every customer billed, within the buffer.' END
+         FROM crossed c, admin
+         ON CONFLICT ON CONSTRAINT alerts_once DO NOTHING",
+    )
+    .bind(current.to_string())
     .execute(&mut **tx)
     .await?;
     Ok(())

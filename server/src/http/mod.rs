@@ -1,8 +1,10 @@
 //! The HTTP surface: the console's pages (rendered by Leptos), its form
 //! handlers, health, and the static browser bundle.
 
+mod alerts;
 mod auth;
 mod error;
+mod forms;
 mod operators;
 mod security;
 
@@ -49,6 +51,9 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .leptos_routes(&state, routes, move || shell(leptos_options.clone()))
         .route("/auth/login", post(auth::login))
         .route("/auth/logout", post(auth::logout))
+        .route("/alerts/{id}/ack", post(alerts::acknowledge))
+        .route("/alerts/{id}/assign", post(alerts::assign))
+        .route("/alerts/{id}/snooze", post(alerts::snooze))
         .route("/operators", post(operators::add))
         .route("/operators/{id}/role", post(operators::change_role))
         .route("/operators/{id}/disabled", post(operators::set_disabled))

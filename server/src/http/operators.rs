@@ -3,21 +3,25 @@
 
 use axum::{
     extract::{rejection::FormRejection, Path, State},
-    http::StatusCode,
-    response::{IntoResponse, Redirect, Response},
+    response::{IntoResponse, Response},
     Extension, Form,
 };
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::{auth::ClientIp, error::HttpError};
+use super::{
+    auth::ClientIp,
+    forms::{readable, require, Page},
+};
 use app::{
     domain::{Email, Me, Notice, Role},
-    error::AppError,
-    ssr::{accounts, data::actions::Actor, flash, AppState},
+    ssr::{accounts, data::actions::Actor, AppState},
 };
 
-const PAGE: &str = "/operators";
+const PAGE: Page = Page {
+    path: "/operators",
+    gone: "That operator no longer exists.",
+};
 
 #[derive(Debug, Deserialize)]
 pub struct AddForm {
@@ -35,71 +39,6 @@ pub struct DisabledForm {
     disabled: bool,
 }
 
-/// The admin behind the request, or the refusal to send.
-fn admin(me: Option<Extension<Me>>) -> Result<Me, HttpError> {
-    let Some(Extension(me)) = me else {
-        return Err(AppError::Unauthenticated.into());
-    };
-    if me.role.allows(Role::Admin) {
-        Ok(me)
-    } else {
-        Err(AppError::Forbidden(Role::Admin).into())
-    }
-}
-
-/// Why a form could not be handled: a message for the page, or a response
-/// of its own (an oversized body keeps its 413).
-enum Failure {
-    App(AppError),
-    Rejected(FormRejection),
-}
-
-impl From<AppError> for Failure {
-    fn from(err: AppError) -> Self {
-        Self::App(err)
-    }
-}
-
-impl From<app::domain::ParseError> for Failure {
-    fn from(err: app::domain::ParseError) -> Self {
-        Self::App(err.into())
-    }
-}
-
-fn readable<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {
-    match form {
-        Ok(Form(form)) => Ok(form),
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            Err(Failure::Rejected(rejection))
-        }
-        Err(rejection) => Err(Failure::App(AppError::Invalid(format!(
-            "the form could not be read: {}",
-            rejection.body_text()
-        )))),
-    }
-}
-
-/// Back to the Operators page with the outcome of the action as a notice.
-async fn back_with(session: &Session, outcome: Result<Notice, Failure>) -> Response {
-    let notice = match outcome {
-        Ok(notice) => notice,
-        Err(Failure::Rejected(rejection)) => return rejection.into_response(),
-        Err(Failure::App(err)) => return back_with_error(session, err).await,
-    };
-    flash::set(session, notice).await;
-    Redirect::to(PAGE).into_response()
-}
-
-async fn back_with_error(session: &Session, err: AppError) -> Response {
-    let notice = match err {
-        AppError::Invalid(message) => Notice::error(format!("Nothing was changed: {message}.")),
-        AppError::NotFound => Notice::error("That operator no longer exists."),
-        other => return HttpError::from(other).into_response(),
-    };
-    flash::set(session, notice).await;
-    Redirect::to(PAGE).into_response()
-}
-
 pub async fn add(
     State(state): State<AppState>,
     me: Option<Extension<Me>>,
@@ -107,7 +46,7 @@ pub async fn add(
     session: Session,
     form: Result<Form<AddForm>, FormRejection>,
 ) -> Response {
-    let me = match admin(me) {
+    let me = match require(me, Role::Admin) {
         Ok(me) => me,
         Err(err) => return err.into_response(),
     };
@@ -128,7 +67,7 @@ pub async fn add(
         })
     }
     .await;
-    back_with(&session, outcome).await
+    PAGE.back_with(&session, outcome).await
 }
 
 pub async fn change_role(
@@ -139,7 +78,7 @@ pub async fn change_role(
     Path(id): Path<i64>,
     form: Result<Form<RoleForm>, FormRejection>,
 ) -> Response {
-    let me = match admin(me) {
+    let me = match require(me, Role::Admin) {
         Ok(me) => me,
         Err(err) => return err.into_response(),
     };
@@ -154,7 +93,7 @@ pub async fn change_role(
         )))
     }
     .await;
-    back_with(&session, outcome).await
+    PAGE.back_with(&session, outcome).await
 }
 
 pub async fn set_disabled(
@@ -165,7 +104,7 @@ pub async fn set_disabled(
     Path(id): Path<i64>,
     form: Result<Form<DisabledForm>, FormRejection>,
 ) -> Response {
-    let me = match admin(me) {
+    let me = match require(me, Role::Admin) {
         Ok(me) => me,
         Err(err) => return err.into_response(),
     };
@@ -182,5 +121,5 @@ pub async fn set_disabled(
         Ok(Notice::success(format!("{} is {verb}.", operator.email)))
     }
     .await;
-    back_with(&session, outcome).await
+    PAGE.back_with(&session, outcome).await
 }

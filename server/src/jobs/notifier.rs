@@ -10,10 +10,11 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use serde_json::json;
 use sqlx::{postgres::PgListener, PgPool};
+
+use app::ssr::data::alerts::{self, Alert};
 
 /// Deliveries attempted per pass.
 const BATCH: i64 = 20;
@@ -44,12 +45,6 @@ struct Due {
     url: String,
     attempts: i32,
     alert_id: i64,
-    vault_key_id: i64,
-    key_label: String,
-    kind: String,
-    threshold_pct: i16,
-    message: String,
-    raised_at: DateTime<Utc>,
 }
 
 impl Notifier {
@@ -120,12 +115,8 @@ impl Notifier {
         let mut tx = self.pool.begin().await?;
         // Locked for the attempt, so two servers never post the same one.
         let due: Vec<Due> = sqlx::query_as(
-            "SELECT d.id, d.url, d.attempts, a.id AS alert_id, a.vault_key_id, k.label AS key_label,
-                    a.kind, a.threshold_pct, a.message, a.raised_at
-             FROM alert_deliveries d
-             JOIN alert_notifications n ON n.id = d.notification_id
-             JOIN alerts a ON a.id = n.alert_id
-             JOIN vault_keys k ON k.id = a.vault_key_id
+            "SELECT d.id, d.url, d.attempts, n.alert_id
+             FROM alert_deliveries d JOIN alert_notifications n ON n.id = d.notification_id
              WHERE d.state = 'pending' AND d.next_attempt_at <= now()
              ORDER BY d.next_attempt_at LIMIT $1
              FOR UPDATE OF d SKIP LOCKED",
@@ -133,7 +124,17 @@ impl Notifier {
         .bind(BATCH)
         .fetch_all(&mut *tx)
         .await?;
-        let outcomes = join_all(due.iter().map(|delivery| self.post(delivery))).await;
+        let mut bodies = Vec::with_capacity(due.len());
+        for delivery in &due {
+            let alert = alerts::find(&mut *tx, delivery.alert_id).await?;
+            bodies.push(alert.map(|alert| notification(&alert)));
+        }
+        let outcomes = join_all(
+            due.iter()
+                .zip(&bodies)
+                .map(|(delivery, body)| self.post(&delivery.url, body.as_ref())),
+        )
+        .await;
         let mut pass = Pass {
             planned,
             ..Pass::default()
@@ -183,23 +184,15 @@ impl Notifier {
 
     /// Posts one notification: the status on 2xx, else the status (if any)
     /// and what went wrong.
-    async fn post(&self, delivery: &Due) -> Result<u16, (Option<u16>, String)> {
-        let body = json!({
-            "text": format!("Vaultcap alert: {}", delivery.message),
-            "event": "alert.raised",
-            "alert": {
-                "id": delivery.alert_id,
-                "vault_key_id": delivery.vault_key_id,
-                "key_label": delivery.key_label,
-                "kind": delivery.kind,
-                "threshold_pct": delivery.threshold_pct,
-                "message": delivery.message,
-                "raised_at": delivery.raised_at,
-            },
-        });
+    async fn post(
+        &self,
+        url: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<u16, (Option<u16>, String)> {
+        let body = body.ok_or((None, "the alert no longer exists".to_owned()))?;
         let response = self
             .client
-            .post(&delivery.url)
+            .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string())
             .send()
@@ -215,6 +208,28 @@ impl Notifier {
             ))
         }
     }
+}
+
+/// The webhook body: Slack shows `text`; other receivers read `alert`.
+fn notification(alert: &Alert) -> serde_json::Value {
+    let text = alert.describe();
+    json!({
+        "text": format!("Vaultcap alert: {text}"),
+        "event": "alert.raised",
+        "alert": {
+            "id": alert.id,
+            "vault_key_id": alert.vault_key_id,
+            "key_label": alert.key_label,
+            "kind": alert.kind,
+            "threshold_pct": alert.threshold_pct,
+            "message": text,
+            "currency": alert.currency,
+            "committed_cents": alert.committed_cents,
+            "cap_cents": alert.cap_cents,
+            "amount_cents": alert.amount_cents,
+            "raised_at": alert.raised_at,
+        },
+    })
 }
 
 fn retry_after(attempts: i32) -> Duration {

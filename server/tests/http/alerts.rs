@@ -128,7 +128,9 @@ async fn each_webhook_gets_one_delivery_and_a_failing_one_is_retried_later(pool:
     let sent = good_received.lock().unwrap().clone();
     assert_eq!(sent.len(), 1);
     assert!(
-        sent[0]["text"].as_str().unwrap().contains("threshold 90%"),
+        sent[0]["text"].as_str().unwrap().contains(
+            "billing-run-2026-07 passed 90 % of its cap: 10.00 USD of 10.00 USD committed."
+        ),
         "{}",
         sent[0]
     );
@@ -243,4 +245,173 @@ async fn bad_alert_requests_get_clear_errors(pool: PgPool) {
     assert_eq!(malformed.status, StatusCode::BAD_REQUEST);
     let anonymous = app.api("GET", "/api/alerts", None, None).await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+}
+
+/// A key past 90 % (one alert), and the operator's session cookie.
+async fn console_with_an_alert(
+    pool: &PgPool,
+    role: app::domain::Role,
+) -> (crate::helpers::TestApp, String, i64) {
+    let (app, _stripe, key, _) = proxy_with_key(pool.clone(), 1000).await;
+    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    let cookie = app.signed_in("ops@example.com", role).await;
+    let id: i64 = sqlx::query_scalar("SELECT id FROM alerts")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    (app, cookie, id)
+}
+
+async fn alert_state(pool: &PgPool, id: i64) -> (Option<i64>, bool, bool) {
+    sqlx::query_as(
+        "SELECT assigned_to, COALESCE(snoozed_until > now(), false), acknowledged_at IS NOT NULL FROM alerts WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn an_operator_assigns_snoozes_and_acknowledges_an_alert_from_the_page(pool: PgPool) {
+    use app::domain::Role;
+    let (app, cookie, id) = console_with_an_alert(&pool, Role::Operator).await;
+    let me: i64 = sqlx::query_scalar("SELECT id FROM operators WHERE email = 'ops@example.com'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+
+    let page = app.get("/alerts", Some(&cookie)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("90 % of cap"), "{}", page.body);
+    assert!(page
+        .body
+        .contains("billing-run-2026-07 passed 90 % of its cap: 10.00 USD of 10.00 USD committed."));
+    assert!(
+        page.body.contains(r#"aria-label="1 open""#),
+        "the navigation shows the open count"
+    );
+
+    let assigned = app
+        .post_form(
+            &format!("/alerts/{id}/assign"),
+            &format!("operator={me}"),
+            Some(&cookie),
+        )
+        .await;
+    assert_eq!(assigned.status, StatusCode::SEE_OTHER);
+    assert!(app
+        .get("/alerts", Some(&cookie))
+        .await
+        .body
+        .contains("Assigned the alert on billing-run-2026-07 to ops@example.com."));
+    assert_eq!(alert_state(&pool, id).await, (Some(me), false, false));
+
+    app.post_form(&format!("/alerts/{id}/snooze"), "hours=4", Some(&cookie))
+        .await;
+    assert_eq!(alert_state(&pool, id).await, (Some(me), true, false));
+    let snoozed = app.get("/alerts?state=snoozed", Some(&cookie)).await;
+    assert!(
+        snoozed.body.contains(&format!("data-alert=\"{id}\"")),
+        "{}",
+        snoozed.body
+    );
+    assert!(
+        !app.get("/alerts", Some(&cookie))
+            .await
+            .body
+            .contains(&format!("data-alert=\"{id}\"")),
+        "no longer open"
+    );
+
+    app.post_form(
+        &format!("/alerts/{id}/ack"),
+        "note=month-end+run%2C+expected",
+        Some(&cookie),
+    )
+    .await;
+    assert_eq!(alert_state(&pool, id).await, (Some(me), false, true));
+    let done = app.get("/alerts?state=acknowledged", Some(&cookie)).await;
+    assert!(done.body.contains("Note: month-end run, expected"));
+    assert!(done.body.contains("by ops@example.com at"));
+
+    let logged: Vec<String> = sqlx::query_scalar(
+        "SELECT action FROM operator_actions WHERE action LIKE 'alert.%' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        logged,
+        ["alert.assign", "alert.snooze", "alert.acknowledge"]
+    );
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn bad_alert_forms_explain_and_change_nothing(pool: PgPool) {
+    use app::domain::Role;
+    let (app, cookie, id) = console_with_an_alert(&pool, Role::Operator).await;
+    let viewer: i64 = app.add_operator("viewer@example.com", Role::Viewer).await;
+    for (path, body, message) in [
+        (
+            format!("/alerts/{id}/snooze"),
+            "hours=0".to_owned(),
+            "snooze for 1 to 168 hours",
+        ),
+        (
+            format!("/alerts/{id}/snooze"),
+            "hours=%3Cb%3E".to_owned(),
+            "snooze for 1 to 168 hours",
+        ),
+        (
+            format!("/alerts/{id}/assign"),
+            format!("operator={viewer}"),
+            "only to active operators",
+        ),
+        (
+            format!("/alerts/{id}/assign"),
+            "operator=x%27%3B".to_owned(),
+            "is not an operator",
+        ),
+        (
+            format!("/alerts/{id}/ack"),
+            format!("note={}", "n".repeat(2001)),
+            "longer than 2,000",
+        ),
+        (
+            "/alerts/999/ack".to_owned(),
+            String::new(),
+            "That alert no longer exists.",
+        ),
+    ] {
+        let response = app.post_form(&path, &body, Some(&cookie)).await;
+        assert_eq!(response.status, StatusCode::SEE_OTHER, "{path} {body}");
+        let page = app.get("/alerts", Some(&cookie)).await;
+        assert!(page.body.contains(message), "{path} {body}: {}", page.body);
+    }
+    assert_eq!(alert_state(&pool, id).await, (None, false, false));
+
+    app.post_form(&format!("/alerts/{id}/ack"), "", Some(&cookie))
+        .await;
+    app.post_form(&format!("/alerts/{id}/ack"), "", Some(&cookie))
+        .await;
+    let page = app.get("/alerts", Some(&cookie)).await;
+    assert!(page.body.contains("already acknowledged"), "{}", page.body);
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_viewer_reads_alerts_but_cannot_act_on_them(pool: PgPool) {
+    let (app, cookie, id) = console_with_an_alert(&pool, app::domain::Role::Viewer).await;
+    let page = app.get("/alerts", Some(&cookie)).await;
+    assert!(page.body.contains(&format!("data-alert=\"{id}\"")));
+    assert!(
+        !page.body.contains(&format!("/alerts/{id}/ack")),
+        "no actions for a viewer: {}",
+        page.body
+    );
+    let refused = app
+        .post_form(&format!("/alerts/{id}/ack"), "", Some(&cookie))
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(alert_state(&pool, id).await, (None, false, false));
 }

@@ -3,72 +3,20 @@
 //! [`raise_expiring`]. People acknowledge, assign and snooze them here.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use sqlx::{PgExecutor, PgPool};
 
 use super::actions::{self, Actor};
-
-/// An alert's state, derived from its acknowledgement and snooze.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AlertState {
-    Open,
-    Acknowledged,
-    Snoozed,
-}
-
-impl AlertState {
-    pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "open" => Some(Self::Open),
-            "acknowledged" => Some(Self::Acknowledged),
-            "snoozed" => Some(Self::Snoozed),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Acknowledged => "acknowledged",
-            Self::Snoozed => "snoozed",
-        }
-    }
-}
+pub use crate::domain::{Alert, AlertState};
 
 /// The SQL that derives [`AlertState`] from an `alerts` row aliased `a`.
 const STATE_SQL: &str = "CASE WHEN a.acknowledged_at IS NOT NULL THEN 'acknowledged'
                               WHEN a.snoozed_until > now() THEN 'snoozed'
                               ELSE 'open' END";
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
-pub struct AlertRow {
-    pub id: i64,
-    pub vault_key_id: i64,
-    pub key_label: String,
-    pub kind: String,
-    pub threshold_pct: i16,
-    pub message: String,
-    pub occurrences: i32,
-    pub state: String,
-    pub raised_at: DateTime<Utc>,
-    pub last_occurred_at: DateTime<Utc>,
-    pub acknowledged_at: Option<DateTime<Utc>>,
-    /// The operator's email, or `api token <name>`.
-    pub acknowledged_by: Option<String>,
-    pub ack_note: Option<String>,
-    pub assigned_to: Option<String>,
-    pub snoozed_until: Option<DateTime<Utc>>,
-    /// Webhook deliveries: how many were made, are still being tried, failed.
-    pub deliveries_delivered: i64,
-    pub deliveries_pending: i64,
-    pub deliveries_failed: i64,
-}
-
 fn select_sql() -> String {
     format!(
-        "SELECT a.id, a.vault_key_id, k.label AS key_label, a.kind, a.threshold_pct, a.message,
-                a.occurrences, {STATE_SQL} AS state, a.raised_at, a.last_occurred_at,
+        "SELECT a.id, a.vault_key_id, k.label AS key_label, k.currency, k.expires_at AS key_expires_at,
+                a.kind, a.threshold_pct, a.committed_cents, a.cap_cents, a.amount_cents, a.occurrences, {STATE_SQL} AS state, a.raised_at, a.last_occurred_at,
                 a.acknowledged_at,
                 COALESCE(ack.email, 'api token ' || tok.name) AS acknowledged_by,
                 a.ack_note, assignee.email AS assigned_to, a.snoozed_until,
@@ -96,7 +44,7 @@ pub async fn list(
     key: Option<i64>,
     state: Option<AlertState>,
     limit: i64,
-) -> Result<Vec<AlertRow>, sqlx::Error> {
+) -> Result<Vec<Alert>, sqlx::Error> {
     sqlx::query_as(&format!(
         "{} WHERE ($1::bigint IS NULL OR a.vault_key_id = $1)
               AND ($2::text IS NULL OR {STATE_SQL} = $2)
@@ -110,7 +58,7 @@ pub async fn list(
     .await
 }
 
-pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<AlertRow>, sqlx::Error> {
+pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Alert>, sqlx::Error> {
     sqlx::query_as(&format!("{} WHERE a.id = $1", select_sql()))
         .bind(id)
         .fetch_optional(db)
@@ -143,7 +91,7 @@ pub async fn acknowledge(
     actor: Actor,
     id: i64,
     note: Option<&str>,
-) -> Result<AlertRow, AlertChangeError> {
+) -> Result<Alert, AlertChangeError> {
     let (operator, token) = match actor {
         Actor::Operator { id, .. } => (Some(id), None),
         Actor::ApiToken { id } => (None, Some(id)),
@@ -190,11 +138,8 @@ pub async fn acknowledge(
 /// with less spent than expected (once per key). Returns how many.
 pub async fn raise_expiring(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
     Ok(sqlx::query(
-        "INSERT INTO alerts (vault_key_id, kind, message)
-         SELECT k.id, 'expiring',
-                format('%s expires at %s UTC with %s of %s expected cents not yet spent',
-                       k.label, to_char(k.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI'),
-                       k.expected_total_cents - k.spent_cents, k.expected_total_cents)
+        "INSERT INTO alerts (vault_key_id, kind, committed_cents, cap_cents, amount_cents)
+         SELECT k.id, 'expiring', k.spent_cents, k.cap_cents, k.expected_total_cents - k.spent_cents
          FROM vault_keys k
          WHERE k.revoked_at IS NULL AND k.expires_at > now() AND k.expires_at <= now() + interval '24 hours'
            AND k.spent_cents < k.expected_total_cents
@@ -203,4 +148,85 @@ pub async fn raise_expiring(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error>
     .execute(db)
     .await?
     .rows_affected())
+}
+
+/// How many alerts are open, snoozed and acknowledged.
+pub async fn counts(db: impl PgExecutor<'_>) -> Result<(i64, i64, i64), sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT count(*) FILTER (WHERE s = 'open'), count(*) FILTER (WHERE s = 'snoozed'),
+                count(*) FILTER (WHERE s = 'acknowledged')
+         FROM (SELECT {STATE_SQL} AS s FROM alerts a) states"
+    ))
+    .fetch_one(db)
+    .await
+}
+
+/// Assigns an alert to an operator (`None`: to nobody); recorded.
+pub async fn assign(
+    pool: &PgPool,
+    actor: Actor,
+    id: i64,
+    operator: Option<i64>,
+) -> Result<Alert, AlertChangeError> {
+    let mut tx = pool.begin().await?;
+    let updated = sqlx::query("UPDATE alerts SET assigned_to = $2 WHERE id = $1")
+        .bind(id)
+        .bind(operator)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if updated == 0 {
+        return Err(AlertChangeError::NotFound(id));
+    }
+    actions::record(
+        &mut *tx,
+        actor,
+        "alert.assign",
+        "alert",
+        Some(id.to_string()),
+        serde_json::json!({ "operator_id": operator }),
+    )
+    .await?;
+    tx.commit().await?;
+    find(pool, id).await?.ok_or(AlertChangeError::NotFound(id))
+}
+
+/// Snoozes an unacknowledged alert until `until`; recorded.
+pub async fn snooze(
+    pool: &PgPool,
+    actor: Actor,
+    id: i64,
+    until: DateTime<Utc>,
+) -> Result<Alert, AlertChangeError> {
+    let mut tx = pool.begin().await?;
+    let updated = sqlx::query(
+        "UPDATE alerts SET snoozed_until = $2 WHERE id = $1 AND acknowledged_at IS NULL",
+    )
+    .bind(id)
+    .bind(until)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if updated == 0 {
+        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM alerts WHERE id = $1)")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+        return Err(if exists {
+            AlertChangeError::AlreadyAcknowledged(id)
+        } else {
+            AlertChangeError::NotFound(id)
+        });
+    }
+    actions::record(
+        &mut *tx,
+        actor,
+        "alert.snooze",
+        "alert",
+        Some(id.to_string()),
+        serde_json::json!({ "until": until }),
+    )
+    .await?;
+    tx.commit().await?;
+    find(pool, id).await?.ok_or(AlertChangeError::NotFound(id))
 }

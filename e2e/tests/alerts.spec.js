@@ -1,0 +1,51 @@
+// @ts-check
+const { execFileSync } = require('node:child_process');
+const { test, expect, accounts } = require('./fixtures');
+
+/** Runs SQL against the run's database (psql), returning its output. */
+function sql(text) {
+  const url = process.env.E2E_DATABASE_URL;
+  if (!url) throw new Error('E2E_DATABASE_URL is not set: run the browser tests through scripts/test');
+  return execFileSync('psql', [url, '-qAtc', text], { encoding: 'utf8' }).trim();
+}
+
+/** A key at 5,000.00 of 5,500.00 USD with the 90 % alert the proxy raises. */
+function keyWithAlert(label) {
+  const keyId = sql(`INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
+                         expected_total_cents, cap_cents, spent_cents, allowed_endpoints, expires_at)
+                     VALUES (sha256(convert_to('${label}', 'UTF8')), 'vk_e2e', '${label}', '2026-11', 'usd',
+                             500000, 550000, 500000, ARRAY['POST /v1/charges'], now() + interval '30 days')
+                     RETURNING id`);
+  sql(`INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents)
+       VALUES (${keyId}, 'threshold', 90, 500000, 550000)`);
+}
+
+test('an operator acknowledges an alert with a note', async ({ page, signIn, visit }, testInfo) => {
+  const label = `e2e-alert-${testInfo.project.name}-${Date.now()}`;
+  keyWithAlert(label);
+  await signIn(accounts.admin);
+  await visit('/alerts');
+
+  await expect(page.getByRole('navigation', { name: 'Main' }).getByLabel(/\d+ open/)).toBeVisible();
+  const row = page.getByRole('row').filter({ hasText: label });
+  await expect(row).toContainText('passed 90 % of its cap: 5,000.00 USD of 5,500.00 USD committed.');
+  await row.getByRole('textbox', { name: /Note for alert/ }).fill('Month-end run, expected');
+  await row.getByRole('button', { name: 'Acknowledge' }).click();
+
+  await expect(page.getByRole('status')).toContainText(`Acknowledged the alert on ${label}.`);
+  await expect(page.getByRole('row').filter({ hasText: label })).toHaveCount(0);
+  await visit('/alerts?state=acknowledged');
+  const done = page.getByRole('row').filter({ hasText: label });
+  await expect(done).toContainText('Note: Month-end run, expected');
+  await expect(done).toContainText('by admin@e2e.test at');
+});
+
+test('a viewer sees alerts but no actions', async ({ page, signIn, visit }, testInfo) => {
+  const label = `e2e-alert-viewer-${testInfo.project.name}-${Date.now()}`;
+  keyWithAlert(label);
+  await signIn(accounts.viewer);
+  await visit('/alerts');
+  const row = page.getByRole('row').filter({ hasText: label });
+  await expect(row).toContainText('90 % of cap');
+  await expect(row.getByRole('button')).toHaveCount(0);
+});

@@ -1,0 +1,102 @@
+//! What every console form handler shares: the role check, reading the
+//! form, and answering with a redirect back to its page and a one-time
+//! notice (post/redirect/get), so every form works without JavaScript.
+
+use axum::{
+    extract::rejection::FormRejection,
+    http::StatusCode,
+    response::{IntoResponse, Redirect, Response},
+    Extension, Form,
+};
+use tower_sessions::Session;
+
+use super::error::HttpError;
+use app::{
+    domain::{Me, Notice, Role},
+    error::AppError,
+    ssr::flash,
+};
+
+/// The signed-in operator if their role allows `needed`, or the refusal.
+pub fn require(me: Option<Extension<Me>>, needed: Role) -> Result<Me, HttpError> {
+    let Some(Extension(me)) = me else {
+        return Err(AppError::Unauthenticated.into());
+    };
+    if me.role.allows(needed) {
+        Ok(me)
+    } else {
+        Err(AppError::Forbidden(needed).into())
+    }
+}
+
+/// Why a form could not be handled: a message for the page, or a response
+/// of its own (an oversized body keeps its 413).
+pub enum Failure {
+    App(AppError),
+    Rejected(FormRejection),
+}
+
+impl From<AppError> for Failure {
+    fn from(err: AppError) -> Self {
+        Self::App(err)
+    }
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(err: sqlx::Error) -> Self {
+        Self::App(err.into())
+    }
+}
+
+impl From<app::domain::ParseError> for Failure {
+    fn from(err: app::domain::ParseError) -> Self {
+        Self::App(err.into())
+    }
+}
+
+pub fn readable<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {
+    match form {
+        Ok(Form(form)) => Ok(form),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Err(Failure::Rejected(rejection))
+        }
+        Err(rejection) => Err(Failure::App(AppError::Invalid(format!(
+            "the form could not be read: {}",
+            rejection.body_text()
+        )))),
+    }
+}
+
+/// A console page that forms post back to.
+pub struct Page {
+    pub path: &'static str,
+    /// The notice when the form's subject no longer exists.
+    pub gone: &'static str,
+}
+
+impl Page {
+    /// Back to the page with the outcome of the action as a notice.
+    pub async fn back_with(&self, session: &Session, outcome: Result<Notice, Failure>) -> Response {
+        self.back_to(self.path, session, outcome).await
+    }
+
+    /// Like [`Page::back_with`], to `path` (the page with its filters).
+    pub async fn back_to(
+        &self,
+        path: &str,
+        session: &Session,
+        outcome: Result<Notice, Failure>,
+    ) -> Response {
+        let notice = match outcome {
+            Ok(notice) => notice,
+            Err(Failure::Rejected(rejection)) => return rejection.into_response(),
+            Err(Failure::App(AppError::Invalid(message))) => {
+                Notice::error(format!("Nothing was changed: {message}."))
+            }
+            Err(Failure::App(AppError::NotFound)) => Notice::error(self.gone),
+            Err(Failure::App(other)) => return HttpError::from(other).into_response(),
+        };
+        flash::set(session, notice).await;
+        Redirect::to(path).into_response()
+    }
+}
