@@ -43,7 +43,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // start, then every minute (with the expiry alerts).
     let timeout = std::time::Duration::from_secs(args.stripe.upstream_timeout_secs);
     sweep_abandoned(&db.pool, timeout).await?;
-    tokio::spawn({
+    let minutely = tokio::spawn({
         let pool = db.pool.clone();
         async move {
             let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
@@ -58,7 +58,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         }
     });
-    tokio::spawn(Notifier::new(db.pool.clone(), args.alert_webhooks.clone())?.run());
+    let notifier = tokio::spawn(Notifier::new(db.pool.clone(), args.alert_webhooks.clone())?.run());
     let upstream = Upstream::new(
         &args.stripe.stripe_api_base,
         args.stripe.stripe_secret_key.clone().map(StripeSecret::new),
@@ -100,6 +100,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     .await
     .context("serving HTTP");
     tracing::info!("shutting down");
+    // The background jobs hold pool connections; the pool closes only once
+    // they are gone.
+    notifier.abort();
+    minutely.abort();
+    let _ = tokio::join!(notifier, minutely);
     db.close().await?;
     served
 }

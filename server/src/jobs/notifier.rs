@@ -16,6 +16,8 @@ use sqlx::{postgres::PgListener, PgPool};
 
 use app::ssr::data::alerts::{self, Alert};
 
+/// The longest a due retry waits for its pass.
+const POLL: Duration = Duration::from_secs(5);
 /// Deliveries attempted per pass.
 const BATCH: i64 = 20;
 /// After this many failed attempts a delivery is given up (state `failed`).
@@ -60,19 +62,14 @@ impl Notifier {
         })
     }
 
-    /// Runs until the process ends: a pass whenever an alert is raised
-    /// (LISTEN) and at least every 5 seconds for retries.
+    /// Runs until aborted: a pass whenever an alert is raised (LISTEN) and
+    /// at least every 5 seconds for retries. The listener holds one pool
+    /// connection, so abort this task before closing the pool.
     pub async fn run(self) {
-        let mut listener = match PgListener::connect_with(&self.pool).await {
-            Ok(mut listener) => match listener.listen("vaultcap_alerts").await {
-                Ok(()) => Some(listener),
-                Err(err) => {
-                    tracing::warn!(error = %err, "alert notifier: LISTEN failed; polling instead");
-                    None
-                }
-            },
+        let mut listener = match self.listen().await {
+            Ok(listener) => Some(listener),
             Err(err) => {
-                tracing::warn!(error = %err, "alert notifier: LISTEN failed; polling instead");
+                tracing::warn!(error = %err, "alert notifier: LISTEN failed; polling every 5 s instead");
                 None
             }
         };
@@ -80,17 +77,29 @@ impl Notifier {
             if let Err(err) = self.pass().await {
                 tracing::error!(error = %err, "alert notifier pass failed");
             }
-            let wait = tokio::time::sleep(Duration::from_secs(5));
+            let every_5s = tokio::time::sleep(POLL);
             match listener.as_mut() {
                 Some(listener) => {
                     tokio::select! {
-                        _ = wait => {}
-                        _ = listener.recv() => {}
+                        _ = every_5s => {}
+                        heard = listener.recv() => {
+                            if let Err(err) = heard {
+                                // Never spin on a broken connection.
+                                tracing::warn!(error = %err, "alert notifier: LISTEN connection failed");
+                                tokio::time::sleep(POLL).await;
+                            }
+                        }
                     }
                 }
-                None => wait.await,
+                None => every_5s.await,
             }
         }
+    }
+
+    async fn listen(&self) -> Result<PgListener, sqlx::Error> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen("vaultcap_alerts").await?;
+        Ok(listener)
     }
 
     /// Plans deliveries for newly queued notifications, then attempts every

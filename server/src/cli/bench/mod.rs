@@ -9,7 +9,7 @@ use std::{os::unix::fs::PermissionsExt, path::Path, process::Stdio};
 use anyhow::{bail, Context};
 use app::ssr::{
     data::{actions::Actor, vault_keys::VaultKeyRow},
-    vault_keys::{self, NewVaultKey},
+    vault_keys::{self, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
 };
 use axum::Router;
 use clap::Subcommand;
@@ -101,6 +101,7 @@ pub async fn issue_keys(
             cap: app::domain::Cents(cap_cents),
             allowed_endpoints: vec![app::domain::EndpointPattern::parse("/v1/charges")?],
             expires_at: chrono::Utc::now() + chrono::Duration::hours(1),
+            alert_thresholds_pct: DEFAULT_THRESHOLDS_PCT.to_vec(),
         };
         keys.push(
             vault_keys::issue(pool, Actor::System, key)
@@ -178,9 +179,12 @@ impl ServeProcess {
         self.wait().await
     }
 
-    /// Waits for the process to exit; an error unless it exits cleanly.
+    /// Waits for the process to exit; an error unless it exits cleanly
+    /// within a minute.
     pub async fn wait(&mut self) -> anyhow::Result<()> {
-        let status = self.child.wait().await?;
+        let status = tokio::time::timeout(std::time::Duration::from_secs(60), self.child.wait())
+            .await
+            .context("vaultcap serve did not stop within 60 s")??;
         anyhow::ensure!(status.success(), "vaultcap serve stopped with {status}");
         Ok(())
     }
