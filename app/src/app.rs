@@ -8,8 +8,8 @@ use leptos_router::{
 use crate::{
     components::Layout,
     pages::{
-        AlertsPage, ApprovalsPage, AuditLogPage, LoginPage, NotFoundPage, OperatorsPage,
-        OverviewPage, ReconciliationPage, VaultKeysPage,
+        AlertsPage, ApprovalsPage, AuditLogPage, LoginPage, NewKeyPage, NotFoundPage,
+        OperatorsPage, OverviewPage, ReconciliationPage, VaultKeysPage,
     },
 };
 
@@ -48,6 +48,7 @@ pub fn App() -> impl IntoView {
                 <ParentRoute path=path!("") view=Layout ssr=SsrMode::Async>
                     <Route path=path!("") view=OverviewPage/>
                     <Route path=path!("/keys") view=VaultKeysPage/>
+                    <Route path=path!("/keys/new") view=NewKeyPage/>
                     <Route path=path!("/alerts") view=AlertsPage/>
                     <Route path=path!("/audit") view=AuditLogPage/>
                     <Route path=path!("/reconciliation") view=ReconciliationPage/>

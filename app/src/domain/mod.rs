@@ -5,6 +5,7 @@ mod alert;
 mod decision;
 mod email;
 mod endpoint;
+mod key_draft;
 mod money;
 mod period;
 mod role;
@@ -13,7 +14,8 @@ pub use alert::{Alert, AlertState, AlertsView};
 pub use decision::Decision;
 pub use email::Email;
 pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
-pub use money::{Cents, Currency, MAX_CENTS};
+pub use key_draft::{FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
+pub use money::{group_thousands, Cents, Currency, MAX_CENTS};
 pub use period::BillingPeriod;
 pub use role::Role;
 

@@ -66,14 +66,7 @@ impl Cents {
         let divisor = 10u64.pow(exponent);
         let magnitude = self.0.unsigned_abs();
         let (whole, fraction) = (magnitude / divisor, magnitude % divisor);
-        let digits = whole.to_string();
-        let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
-        for (i, digit) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
-                grouped.push(',');
-            }
-            grouped.push(digit);
-        }
+        let grouped = group_thousands(whole);
         let sign = if self.0 < 0 { "-" } else { "" };
         if exponent == 0 {
             format!("{sign}{grouped}")
@@ -95,6 +88,19 @@ impl Cents {
     }
 }
 
+/// `1234567` → `"1,234,567"`.
+pub fn group_thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    grouped
+}
+
 /// The largest amount Vaultcap accepts anywhere: 10^12 major units (cents
 /// here), far above any real billing run and far below `i64::MAX`.
 pub const MAX_CENTS: i64 = 100_000_000_000_000;
@@ -112,6 +118,56 @@ impl Cents {
                 "amount {raw:?} is not a whole number of cents"
             ))),
         }
+    }
+
+    /// An amount as a person types it in the currency's major unit:
+    /// `5000`, `5,000.00` or `5000.5` in USD; no more decimals than the
+    /// currency has; positive; at most [`MAX_CENTS`] minor units.
+    pub fn parse_amount(raw: &str, currency: &Currency) -> Result<Self, ParseError> {
+        let text = raw.trim();
+        if text.is_empty() {
+            return Err(ParseError::new("enter an amount"));
+        }
+        if text.starts_with('-') {
+            return Err(ParseError::new(format!(
+                "{text} is negative: enter a positive amount"
+            )));
+        }
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+        let whole_digits: String = whole.chars().filter(|c| *c != ',').collect();
+        let grouped_well =
+            whole.split(',').skip(1).all(|group| group.len() == 3) && !whole.starts_with(',');
+        if whole_digits.is_empty()
+            || !whole_digits.bytes().all(|b| b.is_ascii_digit())
+            || !fraction.bytes().all(|b| b.is_ascii_digit())
+            || !grouped_well
+        {
+            return Err(ParseError::new(format!(
+                "{text:?} is not an amount: write it like 5000 or 5,000.00"
+            )));
+        }
+        let exponent = currency.exponent() as usize;
+        if fraction.len() > exponent {
+            return Err(ParseError::new(match exponent {
+                0 => format!("{} has no decimals: enter a whole amount", currency),
+                n => format!("{} has {n} decimals at most", currency),
+            }));
+        }
+        let too_large = || {
+            ParseError::new(format!(
+                "{text} is more than the largest amount Vaultcap accepts ({} {currency})",
+                Cents(MAX_CENTS).format(currency)
+            ))
+        };
+        let scaled = format!("{whole_digits}{fraction:0<exponent$}");
+        let cents: i64 = scaled.parse().map_err(|_| too_large())?;
+        if cents > MAX_CENTS {
+            return Err(too_large());
+        }
+        if cents == 0 {
+            return Err(ParseError::new("the amount must be more than zero"));
+        }
+        Ok(Self(cents))
     }
 
     /// Dollars as a JSON number (the seed articles' `daily_usd_cap`) to
@@ -148,6 +204,34 @@ impl Cents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_amounts_are_read_in_the_currencys_major_unit() {
+        let usd = Currency::usd();
+        let jpy = Currency::parse("jpy").unwrap();
+        assert_eq!(Cents::parse_amount("5,000.00", &usd), Ok(Cents(500_000)));
+        assert_eq!(Cents::parse_amount(" 5000 ", &usd), Ok(Cents(500_000)));
+        assert_eq!(Cents::parse_amount("5000.5", &usd), Ok(Cents(500_050)));
+        assert_eq!(Cents::parse_amount("120000", &jpy), Ok(Cents(120_000)));
+        for bad in [
+            "",
+            "0",
+            "0.00",
+            "-5",
+            "abc",
+            "5.001",
+            "5,00",
+            "1e3",
+            "1,000,000,000,000.01",
+        ] {
+            assert!(Cents::parse_amount(bad, &usd).is_err(), "{bad:?}");
+        }
+        assert!(Cents::parse_amount("100.5", &jpy).is_err());
+        assert_eq!(
+            Cents::parse_amount("1,000,000,000,000", &usd),
+            Ok(Cents(MAX_CENTS))
+        );
+    }
 
     #[test]
     fn amounts_are_grouped_and_show_the_currency_decimals() {

@@ -3,24 +3,28 @@ use leptos_meta::Title;
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{KeySummary, Role},
+    domain::{KeySummary, Me, Role},
     server_fns::list_vault_keys,
 };
 
 #[component]
 pub fn VaultKeysPage() -> impl IntoView {
     let keys = OnceResource::new(list_vault_keys());
+    let can_create = use_context::<Me>().is_some_and(|me| me.role.allows(Role::Operator));
     view! {
         <Title text="Vault keys"/>
         <RequireRole role=Role::Viewer>
-            <h1>"Vault keys"</h1>
+            <div class="page-head">
+                <h1>"Vault keys"</h1>
+                {can_create.then(|| view! { <a class="button button-primary" href="/keys/new">"New vault key"</a> })}
+            </div>
             <Suspense>
                 {move || Suspend::new(async move {
                     match keys.await {
                         Ok(keys) if keys.is_empty() => view! {
                             <section class="panel">
                                 <p>"No vault keys yet."</p>
-                                <p class="hint">"Billing jobs request a key from the key API before each run."</p>
+                                <p class="hint">"Create one for a billing run with New vault key, or let the billing job request one from the key API."</p>
                             </section>
                         }.into_any(),
                         Ok(keys) => view! { <KeyTable keys/> }.into_any(),

@@ -2,7 +2,7 @@
 
 use tower_sessions::Session;
 
-use crate::domain::Notice;
+use crate::domain::{FieldErrors, KeyDraft, Notice};
 
 const KEY: &str = "notice";
 
@@ -14,4 +14,26 @@ pub async fn set(session: &Session, notice: Notice) {
 
 pub async fn take(session: &Session) -> Option<Notice> {
     session.remove::<Notice>(KEY).await.ok().flatten()
+}
+
+const KEY_DRAFT: &str = "key_draft";
+
+/// The new-key form as typed, with what was wrong, kept under `id` (carried
+/// in the redirect's URL) for the page to show again. Reading does not
+/// remove it, so a page rendered twice or reloaded shows the same; the next
+/// refused form replaces it.
+pub async fn set_key_draft(session: &Session, id: &str, draft: &KeyDraft, errors: &FieldErrors) {
+    if let Err(err) = session.insert(KEY_DRAFT, (id, draft, errors)).await {
+        tracing::error!(error = %err, "could not store a form in the session");
+    }
+}
+
+pub async fn key_draft(session: &Session, id: &str) -> Option<(KeyDraft, FieldErrors)> {
+    let (stored, draft, errors): (String, KeyDraft, FieldErrors) =
+        session.get(KEY_DRAFT).await.ok().flatten()?;
+    (stored == id).then_some((draft, errors))
+}
+
+pub async fn clear_key_draft(session: &Session) {
+    let _ = session.remove_value(KEY_DRAFT).await;
 }

@@ -13,7 +13,7 @@ use super::{
     secrets::Secret,
 };
 use crate::{
-    domain::{BillingPeriod, Cents, Currency, EndpointPattern},
+    domain::{BillingPeriod, Cents, Currency, EndpointPattern, FieldErrors, KeyDraft},
     error::AppError,
 };
 
@@ -28,7 +28,12 @@ pub struct NewVaultKey {
     pub cap: Cents,
     pub allowed_endpoints: Vec<EndpointPattern>,
     pub expires_at: DateTime<Utc>,
+    /// Utilization percentages that raise an alert, each 1 to 100.
+    pub alert_thresholds_pct: Vec<i16>,
 }
+
+/// The alert threshold a key gets unless told otherwise.
+pub const DEFAULT_THRESHOLDS_PCT: [i16; 1] = [90];
 
 impl NewVaultKey {
     /// Checks what the parts cannot check alone.
@@ -52,6 +57,16 @@ impl NewVaultKey {
         }
         if self.cap.0 <= 0 {
             return Err(AppError::Invalid("the cap must be positive".into()));
+        }
+        if self.alert_thresholds_pct.is_empty()
+            || self
+                .alert_thresholds_pct
+                .iter()
+                .any(|t| !(1..=100).contains(t))
+        {
+            return Err(AppError::Invalid(
+                "alert thresholds must be percentages from 1 to 100".into(),
+            ));
         }
         Ok(())
     }
@@ -91,6 +106,7 @@ pub async fn issue(
             cap_cents: key.cap.0,
             allowed_endpoints: &endpoints,
             expires_at: key.expires_at,
+            alert_thresholds_pct: &key.alert_thresholds_pct,
             created_by,
             created_by_token,
         },
@@ -143,4 +159,135 @@ pub async fn revoke(
     .await?;
     tx.commit().await?;
     Ok(row)
+}
+
+/// Reads the console's new-key form, reporting every field's problem at
+/// once (field name, message).
+pub fn parse_draft(draft: &KeyDraft, now: DateTime<Utc>) -> Result<NewVaultKey, FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let mut check = |field: &str, result: Result<(), String>| {
+        if let Err(message) = result {
+            errors.push((field.to_owned(), message));
+        }
+    };
+
+    let period = draft
+        .period
+        .trim()
+        .parse::<BillingPeriod>()
+        .map_err(|e| e.0);
+    check("period", period.clone().map(drop));
+    let currency = Currency::parse(&draft.currency).map_err(|e| e.0);
+    check("currency", currency.clone().map(drop));
+    let buffer_bps = draft.buffer_bps();
+    check("buffer_pct", buffer_bps.clone().map(drop));
+    let amounts = currency.as_ref().ok().map(|currency| {
+        let expected = Cents::parse_amount(&draft.expected_total, currency).map_err(|e| e.0)?;
+        let cap = expected
+            .with_buffer(*buffer_bps.as_ref().unwrap_or(&0))
+            .map_err(|e| e.0)?;
+        Ok::<_, String>((expected, cap))
+    });
+    if let Some(amounts) = &amounts {
+        check("expected_total", amounts.clone().map(drop));
+    }
+
+    let mut endpoints = Vec::new();
+    for raw in draft
+        .endpoints
+        .iter()
+        .map(String::as_str)
+        .chain(draft.custom_endpoints.lines())
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+    {
+        match EndpointPattern::parse(raw) {
+            Ok(pattern) => endpoints.push(pattern),
+            Err(err) => check("custom_endpoints", Err(err.0)),
+        }
+    }
+    if endpoints.is_empty() {
+        check("endpoints", Err("choose at least one endpoint".into()));
+    }
+
+    let expires_at =
+        chrono::NaiveDateTime::parse_from_str(draft.expires_at.trim(), "%Y-%m-%dT%H:%M")
+            .map(|at| at.and_utc())
+            .map_err(|_| {
+                format!(
+                    "{:?} is not a date and time (YYYY-MM-DD HH:MM, UTC)",
+                    draft.expires_at.trim()
+                )
+            })
+            .and_then(|at| {
+                if at <= now {
+                    Err("the expiry must be in the future".into())
+                } else if at > now + chrono::Duration::days(366) {
+                    Err("the expiry must be within a year".into())
+                } else {
+                    Ok(at)
+                }
+            });
+    check("expires_at", expires_at.clone().map(drop));
+
+    let label = draft.label.trim().to_owned();
+    let label_len = label.chars().count();
+    check(
+        "label",
+        if label_len == 0 || label_len > 200 {
+            Err("the label needs 1 to 200 characters".into())
+        } else {
+            Ok(())
+        },
+    );
+
+    let thresholds = parse_thresholds(&draft.thresholds);
+    check("thresholds", thresholds.clone().map(drop));
+
+    match (
+        period, currency, buffer_bps, amounts, expires_at, thresholds,
+    ) {
+        (
+            Ok(billing_period),
+            Ok(currency),
+            Ok(buffer_bps),
+            Some(Ok((expected_total, cap))),
+            Ok(expires_at),
+            Ok(alert_thresholds_pct),
+        ) if errors.is_empty() => Ok(NewVaultKey {
+            label,
+            billing_period,
+            currency,
+            expected_total,
+            buffer_bps,
+            cap,
+            allowed_endpoints: endpoints,
+            expires_at,
+            alert_thresholds_pct,
+        }),
+        _ => Err(errors),
+    }
+}
+
+/// `75, 90` → [75, 90]: percentages from 1 to 100, each once.
+fn parse_thresholds(raw: &str) -> Result<Vec<i16>, String> {
+    let mut thresholds = Vec::new();
+    for part in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let pct: i16 = part
+            .trim_end_matches('%')
+            .trim()
+            .parse()
+            .ok()
+            .filter(|pct| (1..=100).contains(pct))
+            .ok_or_else(|| format!("{part:?} is not a percentage from 1 to 100"))?;
+        if thresholds.contains(&pct) {
+            return Err(format!("{pct} % is given twice"));
+        }
+        thresholds.push(pct);
+    }
+    if thresholds.is_empty() {
+        return Err("give at least one threshold, such as 90".into());
+    }
+    thresholds.sort_unstable();
+    Ok(thresholds)
 }

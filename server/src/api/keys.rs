@@ -23,7 +23,7 @@ use app::{
             actions::Actor,
             vault_keys::{self as key_rows, VaultKeyRow},
         },
-        vault_keys::{self, NewVaultKey},
+        vault_keys::{self, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
         AppState,
     },
 };
@@ -161,6 +161,7 @@ impl CreateKey {
             cap,
             allowed_endpoints,
             expires_at,
+            alert_thresholds_pct: DEFAULT_THRESHOLDS_PCT.to_vec(),
         };
         key.validate(now)?;
         Ok(key)

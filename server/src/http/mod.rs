@@ -7,6 +7,7 @@ mod error;
 mod forms;
 mod operators;
 mod security;
+mod vault_keys;
 
 use axum::{
     extract::{DefaultBodyLimit, State},
@@ -51,6 +52,7 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .leptos_routes(&state, routes, move || shell(leptos_options.clone()))
         .route("/auth/login", post(auth::login))
         .route("/auth/logout", post(auth::logout))
+        .route("/keys", post(vault_keys::create))
         .route("/alerts/{id}/ack", post(alerts::acknowledge))
         .route("/alerts/{id}/assign", post(alerts::assign))
         .route("/alerts/{id}/snooze", post(alerts::snooze))

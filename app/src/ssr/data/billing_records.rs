@@ -25,3 +25,18 @@ pub async fn charged_in_period(
         .collect();
     Ok((count, totals))
 }
+
+/// What a period billed, per currency, largest first: (currency, customers,
+/// total cents).
+pub async fn period_totals(
+    db: impl sqlx::PgExecutor<'_>,
+    period: crate::domain::BillingPeriod,
+) -> Result<Vec<(String, i64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT currency, count(*), sum(amount_cents)::bigint FROM billing_records
+         WHERE billing_period = $1 GROUP BY currency ORDER BY sum(amount_cents) DESC",
+    )
+    .bind(period.to_string())
+    .fetch_all(db)
+    .await
+}

@@ -72,6 +72,7 @@ pub struct NewKeyRow<'a> {
     pub cap_cents: i64,
     pub allowed_endpoints: &'a [String],
     pub expires_at: DateTime<Utc>,
+    pub alert_thresholds_pct: &'a [i16],
     pub created_by: Option<i64>,
     pub created_by_token: Option<i64>,
 }
@@ -82,8 +83,9 @@ pub async fn insert(
 ) -> Result<VaultKeyRow, sqlx::Error> {
     sqlx::query_as(&format!(
         "INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
-             expected_total_cents, buffer_bps, cap_cents, allowed_endpoints, expires_at, created_by, created_by_token)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             expected_total_cents, buffer_bps, cap_cents, allowed_endpoints, expires_at, created_by, created_by_token,
+             alert_thresholds_pct)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          RETURNING {COLUMNS}"
     ))
     .bind(key.secret_hash)
@@ -98,6 +100,7 @@ pub async fn insert(
     .bind(key.expires_at)
     .bind(key.created_by)
     .bind(key.created_by_token)
+    .bind(key.alert_thresholds_pct)
     .fetch_one(db)
     .await
 }

@@ -1,0 +1,158 @@
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{BillingPeriod, Cents, Currency};
+
+/// The endpoints a new key allows unless the operator changes them: what
+/// billing jobs call to charge.
+pub const DEFAULT_ENDPOINTS: [&str; 3] = [
+    "POST /v1/charges",
+    "POST /v1/payment_intents",
+    "POST /v1/payment_intents/{id}/confirm",
+];
+
+/// The new-key form as the operator typed it, kept across a submission
+/// that was refused so nothing has to be typed twice.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyDraft {
+    /// `YYYY-MM`.
+    pub period: String,
+    pub currency: String,
+    /// In the currency's major unit, as typed (`5,000.00`).
+    pub expected_total: String,
+    /// Percent, as typed.
+    pub buffer_pct: String,
+    /// Ticked endpoint patterns.
+    pub endpoints: Vec<String>,
+    /// More patterns, one per line.
+    pub custom_endpoints: String,
+    /// `YYYY-MM-DDTHH:MM`, UTC.
+    pub expires_at: String,
+    pub label: String,
+    /// Percentages separated by commas.
+    pub thresholds: String,
+}
+
+impl KeyDraft {
+    /// A fresh form for the billing period containing `now`.
+    pub fn for_period(period: BillingPeriod) -> Self {
+        Self {
+            period: period.to_string(),
+            currency: "usd".into(),
+            expected_total: String::new(),
+            buffer_pct: "10".into(),
+            endpoints: DEFAULT_ENDPOINTS.map(String::from).to_vec(),
+            custom_endpoints: String::new(),
+            // The period's last minute: ends_at is the first instant after it.
+            expires_at: Self::expiry_text(period.ends_at() - chrono::Duration::minutes(1)),
+            label: format!("billing-run-{period}"),
+            thresholds: "90".into(),
+        }
+    }
+
+    pub fn expiry_text(at: DateTime<Utc>) -> String {
+        at.format("%Y-%m-%dT%H:%M").to_string()
+    }
+
+    /// The form read from its fields, as a browser posts them.
+    pub fn from_fields<'a>(fields: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut draft = Self::default();
+        for (name, value) in fields {
+            let value = value.to_owned();
+            match name {
+                "period" => draft.period = value,
+                "currency" => draft.currency = value,
+                "expected_total" => draft.expected_total = value,
+                "buffer_pct" => draft.buffer_pct = value,
+                "endpoint" => draft.endpoints.push(value),
+                "custom_endpoints" => draft.custom_endpoints = value,
+                "expires_at" => draft.expires_at = value,
+                "label" => draft.label = value,
+                "thresholds" => draft.thresholds = value,
+                _ => {}
+            }
+        }
+        draft
+    }
+
+    /// The buffer in basis points (`10` → 1000, `12.5` → 1250), 0 to 100 %.
+    pub fn buffer_bps(&self) -> Result<u32, String> {
+        let text = self.buffer_pct.trim().trim_end_matches('%').trim();
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+        let valid = !whole.is_empty()
+            && whole.bytes().all(|b| b.is_ascii_digit())
+            && fraction.len() <= 2
+            && fraction.bytes().all(|b| b.is_ascii_digit());
+        let bps = valid
+            .then(|| format!("{whole}{fraction:0<2}").parse::<u32>().ok())
+            .flatten();
+        match bps {
+            Some(bps) if bps <= 10_000 => Ok(bps),
+            _ => Err(format!(
+                "{:?} is not a buffer from 0 to 100 % (at most two decimals)",
+                self.buffer_pct.trim()
+            )),
+        }
+    }
+
+    /// The currency, expected total and cap, when those fields are valid:
+    /// what the live preview shows.
+    pub fn preview(&self) -> Option<(Currency, Cents, Cents)> {
+        let currency = Currency::parse(&self.currency).ok()?;
+        let expected = Cents::parse_amount(&self.expected_total, &currency).ok()?;
+        let cap = expected.with_buffer(self.buffer_bps().ok()?).ok()?;
+        Some((currency, expected, cap))
+    }
+}
+
+/// A field's message: (field name, message).
+pub type FieldErrors = Vec<(String, String)>;
+
+/// An expected total suggested from what was billed before.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suggestion {
+    pub expected: Cents,
+    pub currency: Currency,
+    /// Where it comes from, for the operator to judge.
+    pub source: String,
+}
+
+/// What the new-key page shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyForm {
+    pub draft: KeyDraft,
+    pub errors: FieldErrors,
+    pub suggestion: Option<Suggestion>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_buffer_is_a_percentage_with_at_most_two_decimals() {
+        let draft = |pct: &str| KeyDraft {
+            buffer_pct: pct.into(),
+            ..KeyDraft::default()
+        };
+        assert_eq!(draft("10").buffer_bps(), Ok(1000));
+        assert_eq!(draft("12.5 %").buffer_bps(), Ok(1250));
+        assert_eq!(draft("0").buffer_bps(), Ok(0));
+        assert_eq!(draft("100").buffer_bps(), Ok(10_000));
+        for bad in ["", "-1", "100.01", "abc", "1.234", "1e2"] {
+            assert!(draft(bad).buffer_bps().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_preview_is_the_expected_total_plus_the_buffer_rounded_down() {
+        let draft = KeyDraft {
+            currency: "usd".into(),
+            expected_total: "5,000.00".into(),
+            buffer_pct: "10".into(),
+            ..KeyDraft::default()
+        };
+        let (_, expected, cap) = draft.preview().unwrap();
+        assert_eq!((expected, cap), (Cents(500_000), Cents(550_000)));
+    }
+}

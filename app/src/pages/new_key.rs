@@ -1,0 +1,189 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+use crate::{
+    components::{ErrorPanel, RequireRole},
+    domain::{KeyDraft, KeyForm, Role, KNOWN_ENDPOINTS},
+    server_fns::new_key_form,
+};
+
+/// An operator issues the vault key for a billing run from its expected
+/// total. A plain form post; a refused one comes back with every field as
+/// typed and a message next to each field that needs fixing.
+#[component]
+pub fn NewKeyPage() -> impl IntoView {
+    let query = use_query_map();
+    let form = Resource::new(move || query.with(|q| q.get("draft")), new_key_form);
+    view! {
+        <Title text="New vault key"/>
+        <RequireRole role=Role::Operator>
+            <h1>"New vault key"</h1>
+            <Suspense>
+                {move || Suspend::new(async move {
+                    match form.await {
+                        Ok(form) => view! { <KeyFormView form/> }.into_any(),
+                        Err(error) => view! { <ErrorPanel error/> }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </RequireRole>
+    }
+}
+
+#[component]
+fn KeyFormView(form: KeyForm) -> impl IntoView {
+    let KeyForm {
+        mut draft,
+        errors,
+        suggestion,
+    } = form;
+    // A fresh form starts from the suggestion.
+    if errors.is_empty() && draft.expected_total.is_empty() {
+        if let Some(s) = &suggestion {
+            draft.expected_total = s.expected.format(&s.currency);
+            draft.currency = s.currency.as_str().to_owned();
+        }
+    }
+    let has_errors = !errors.is_empty();
+    let errors = StoredValue::new(errors);
+    let error_for = move |field: &str| {
+        errors.with_value(|errors| {
+            errors
+                .iter()
+                .find(|(name, _)| name == field)
+                .map(|(_, message)| message.clone())
+        })
+    };
+    let expected = RwSignal::new(draft.expected_total.clone());
+    let buffer = RwSignal::new(draft.buffer_pct.clone());
+    let currency = RwSignal::new(draft.currency.clone());
+    let preview = move || {
+        let typed = KeyDraft {
+            expected_total: expected.get(),
+            buffer_pct: buffer.get(),
+            currency: currency.get(),
+            ..KeyDraft::default()
+        };
+        match typed.preview() {
+            Some((currency, _, cap)) => format!("{} {currency}", cap.format(&currency)),
+            None => "—".to_owned(),
+        }
+    };
+    let suggestion_text = suggestion.map(|s| {
+        format!(
+            "Suggested: {} {} — {}.",
+            s.expected.format(&s.currency),
+            s.currency,
+            s.source
+        )
+    });
+    let ticked = draft.endpoints.clone();
+
+    view! {
+        <form class="panel key-form" method="post" action="/keys" novalidate>
+            {has_errors.then(|| view! {
+                <div class="notice notice-error" role="alert">
+                    <p>"Nothing was created: fix the fields marked below."</p>
+                </div>
+            })}
+            <div class="grid">
+                <Field name="period" label="Billing period" error=error_for("period")
+                    hint="The month the billing run charges for (UTC).">
+                    <input id="period" name="period" type="month" value=draft.period.clone() required
+                        aria-describedby="period-hint period-error" aria-invalid=error_for("period").is_some().to_string()/>
+                </Field>
+                <Field name="currency" label="Currency" error=error_for("currency") hint="Three letters, as Stripe writes them.">
+                    <input id="currency" name="currency" type="text" maxlength="3" value=draft.currency.clone() required
+                        on:input=move |ev| currency.set(event_target_value(&ev))
+                        aria-describedby="currency-hint currency-error" aria-invalid=error_for("currency").is_some().to_string()/>
+                </Field>
+                <Field name="expected_total" label="Expected total" error=error_for("expected_total")
+                    hint=suggestion_text.clone().unwrap_or_else(|| "What the run should charge in all, e.g. 5,000.00.".into())>
+                    <input id="expected_total" name="expected_total" type="text" inputmode="decimal" class="num"
+                        value=draft.expected_total.clone() required
+                        on:input=move |ev| expected.set(event_target_value(&ev))
+                        aria-describedby="expected_total-hint expected_total-error"
+                        aria-invalid=error_for("expected_total").is_some().to_string()/>
+                </Field>
+                <Field name="buffer_pct" label="Buffer (%)" error=error_for("buffer_pct") hint="Added on top of the expected total; 0 to 100.">
+                    <input id="buffer_pct" name="buffer_pct" type="text" inputmode="decimal" class="num" value=draft.buffer_pct.clone()
+                        on:input=move |ev| buffer.set(event_target_value(&ev))
+                        aria-describedby="buffer_pct-hint buffer_pct-error" aria-invalid=error_for("buffer_pct").is_some().to_string()/>
+                </Field>
+            </div>
+            <p class="cap-preview">
+                "Cap: " <output for="expected_total buffer_pct currency" data-testid="cap-preview">{preview}</output>
+                <span class="hint">" = expected total × (1 + buffer), rounded down to the cent. The proxy refuses any charge that would take spent + reserved past it."</span>
+            </p>
+
+            <fieldset aria-describedby="endpoints-error">
+                <legend>"Allowed endpoints"</legend>
+                {KNOWN_ENDPOINTS.into_iter().map(|endpoint| {
+                    let id = format!("endpoint-{}", endpoint.replace(['/', ' ', '{', '}'], "-"));
+                    let input_id = id.clone();
+                    view! {
+                        <label class="check" for=id>
+                            <input type="checkbox" id=input_id name="endpoint" value=endpoint checked=ticked.iter().any(|t| t == endpoint)/>
+                            <code>{endpoint}</code>
+                        </label>
+                    }
+                }).collect_view()}
+                <FieldMessage name="endpoints" error=error_for("endpoints")/>
+                <Field name="custom_endpoints" label="Other endpoints" error=error_for("custom_endpoints")
+                    hint="More of the endpoints Vaultcap meters, one per line: method and path, e.g. GET /v1/charges/{id}.">
+                    <textarea id="custom_endpoints" name="custom_endpoints" rows="2"
+                        aria-describedby="custom_endpoints-hint custom_endpoints-error">{draft.custom_endpoints.clone()}</textarea>
+                </Field>
+            </fieldset>
+
+            <div class="grid">
+                <Field name="expires_at" label="Expires (UTC)" error=error_for("expires_at") hint="Defaults to the end of the billing period.">
+                    <input id="expires_at" name="expires_at" type="datetime-local" value=draft.expires_at.clone() required
+                        aria-describedby="expires_at-hint expires_at-error" aria-invalid=error_for("expires_at").is_some().to_string()/>
+                </Field>
+                <Field name="label" label="Label" error=error_for("label") hint="How people will recognise the key.">
+                    <input id="label" name="label" type="text" maxlength="200" value=draft.label.clone() required
+                        aria-describedby="label-hint label-error" aria-invalid=error_for("label").is_some().to_string()/>
+                </Field>
+                <Field name="thresholds" label="Alert at (% of cap)" error=error_for("thresholds") hint="Comma-separated, e.g. 75, 90.">
+                    <input id="thresholds" name="thresholds" type="text" value=draft.thresholds.clone()
+                        aria-describedby="thresholds-hint thresholds-error" aria-invalid=error_for("thresholds").is_some().to_string()/>
+                </Field>
+            </div>
+            <div class="form-actions">
+                <button type="submit" class="button button-primary">"Create vault key"</button>
+                <a class="button button-quiet" href="/keys">"Cancel"</a>
+            </div>
+        </form>
+    }
+    .into_any()
+}
+
+/// A labelled field with its hint and, after a refused submission, its
+/// message.
+#[component]
+fn Field(
+    name: &'static str,
+    label: &'static str,
+    #[prop(into)] hint: String,
+    error: Option<String>,
+    children: Children,
+) -> impl IntoView {
+    let invalid = error.is_some();
+    view! {
+        <div class="field" class:field-invalid=invalid>
+            <label for=name>{label}</label>
+            {children()}
+            <span class="hint" id=format!("{name}-hint")>{hint}</span>
+            <FieldMessage name error/>
+        </div>
+    }
+}
+
+#[component]
+fn FieldMessage(name: &'static str, error: Option<String>) -> impl IntoView {
+    view! {
+        <span class="field-error" id=format!("{name}-error")>{error}</span>
+    }
+}

@@ -1,0 +1,239 @@
+//! Creating a vault key from an expected total in the console.
+
+use axum::http::StatusCode;
+use sqlx::PgPool;
+
+use crate::helpers::{enc, TestApp};
+use app::domain::Role;
+
+const GOOD: &[(&str, &str)] = &[
+    ("period", "2026-12"),
+    ("currency", "usd"),
+    ("expected_total", "5,000.00"),
+    ("buffer_pct", "10"),
+    ("endpoint", "POST /v1/charges"),
+    ("endpoint", "POST /v1/payment_intents"),
+    ("custom_endpoints", "GET /v1/charges/{id}"),
+    ("expires_at", "2026-12-31T23:59"),
+    ("label", "billing-run-2026-12"),
+    ("thresholds", "75, 90"),
+];
+
+fn form(fields: &[(&str, &str)]) -> String {
+    fields
+        .iter()
+        .map(|(name, value)| format!("{name}={}", enc(value)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn with(changes: &[(&str, &str)]) -> String {
+    let fields: Vec<(&str, &str)> = GOOD
+        .iter()
+        .map(|(name, value)| {
+            let changed = changes.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+            (*name, changed.unwrap_or(value))
+        })
+        .collect();
+    form(&fields)
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn an_operator_creates_a_key_from_an_expected_total_and_sees_its_secret_once(pool: PgPool) {
+    let app = TestApp::new(pool.clone());
+    let cookie = app.signed_in("ops@example.com", Role::Operator).await;
+
+    let page = app.get("/keys/new", Some(&cookie)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains(r#"value="billing-run-"#),
+        "label prefilled"
+    );
+
+    let created = app.post_form("/keys", &form(GOOD), Some(&cookie)).await;
+    assert_eq!(created.status, StatusCode::SEE_OTHER);
+    assert_eq!(created.location(), "/keys");
+    let list = app.get("/keys", Some(&cookie)).await;
+    assert!(
+        list.body
+            .contains("Created billing-run-2026-12 for 2026-12: cap 5,500.00 USD."),
+        "{}",
+        list.body
+    );
+    let secret = list
+        .body
+        .split("data-testid=\"one-time-secret\">")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .expect("the secret is on the page")
+        .to_owned();
+    assert!(secret.starts_with("vk_"));
+    assert!(
+        !app.get("/keys", Some(&cookie)).await.body.contains(&secret),
+        "shown once"
+    );
+
+    let (cap, expected, endpoints, thresholds, expires): (i64, i64, Vec<String>, Vec<i16>, String) =
+        sqlx::query_as(
+            "SELECT cap_cents, expected_total_cents, allowed_endpoints, alert_thresholds_pct,
+                to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') FROM vault_keys",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!((cap, expected), (550_000, 500_000));
+    assert_eq!(
+        endpoints,
+        [
+            "GET /v1/charges/{id}",
+            "POST /v1/charges",
+            "POST /v1/payment_intents"
+        ]
+    );
+    assert_eq!(thresholds, [75, 90]);
+    assert_eq!(expires, "2026-12-31 23:59");
+    let logged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM operator_actions WHERE action = 'create_vault_key'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(logged, 1);
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn each_bad_field_gets_its_message_the_form_keeps_what_was_typed_and_nothing_is_created(
+    pool: PgPool,
+) {
+    let app = TestApp::new(pool.clone());
+    let cookie = app.signed_in("ops@example.com", Role::Operator).await;
+    // (fields changed from GOOD, the field whose message shows, the message)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: &[Case] = &[
+        (
+            &[("expected_total", "")],
+            "expected_total",
+            "enter an amount",
+        ),
+        (
+            &[("expected_total", "0")],
+            "expected_total",
+            "more than zero",
+        ),
+        (&[("expected_total", "-5")], "expected_total", "is negative"),
+        (
+            &[("expected_total", "five")],
+            "expected_total",
+            "is not an amount",
+        ),
+        (
+            &[("expected_total", "10.001")],
+            "expected_total",
+            "USD has 2 decimals at most",
+        ),
+        (
+            &[("expected_total", "2,000,000,000,000")],
+            "expected_total",
+            "more than the largest amount",
+        ),
+        (&[("buffer_pct", "101")], "buffer_pct", "from 0 to 100"),
+        (&[("buffer_pct", "-1")], "buffer_pct", "from 0 to 100"),
+        (
+            &[("expires_at", "2020-01-01T00:00")],
+            "expires_at",
+            "must be in the future",
+        ),
+        (
+            &[("expires_at", "2099-01-01T00:00")],
+            "expires_at",
+            "within a year",
+        ),
+        (
+            &[("expires_at", "soon")],
+            "expires_at",
+            "is not a date and time",
+        ),
+        (&[("period", "2026-13")], "period", "2026-13"),
+        (&[("label", "   ")], "label", "1 to 200 characters"),
+        (&[("thresholds", "0")], "thresholds", "from 1 to 100"),
+        (&[("thresholds", "90, 90")], "thresholds", "given twice"),
+        (
+            &[("custom_endpoints", "FETCH everything")],
+            "custom_endpoints",
+            "FETCH",
+        ),
+    ];
+    for (changes, field, message) in cases {
+        let refused = app.post_form("/keys", &with(changes), Some(&cookie)).await;
+        assert_eq!(refused.status, StatusCode::SEE_OTHER);
+        assert!(
+            refused.location().starts_with("/keys/new?draft="),
+            "{changes:?}"
+        );
+        let page = app.get(refused.location(), Some(&cookie)).await;
+        let error = page
+            .body
+            .split(&format!("id=\"{field}-error\" class=\"field-error\">"))
+            .nth(1)
+            .and_then(|rest| rest.split("</span>").next())
+            .unwrap_or_default();
+        assert!(
+            error.contains(&enc_html(message)),
+            "{changes:?}: {error:?} in {}",
+            page.body
+        );
+        for (name, value) in *changes {
+            if !value.trim().is_empty() && *name != "custom_endpoints" {
+                assert!(
+                    page.body
+                        .contains(&format!("value=\"{}\"", enc_html(value))),
+                    "{name} kept: {value}"
+                );
+            }
+        }
+    }
+    // Label with HTML and a spreadsheet formula: stored as text, shown escaped.
+    let hostile = "<script>x</script>=HYPERLINK(\"x\")";
+    app.post_form("/keys", &with(&[("label", hostile)]), Some(&cookie))
+        .await;
+    let label: String = sqlx::query_scalar("SELECT label FROM vault_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(label, hostile);
+    let list = app.get("/keys", Some(&cookie)).await;
+    assert!(!list.body.contains("<script>x</script>"));
+    assert!(list.body.contains("&lt;script&gt;x&lt;/script&gt;"));
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM vault_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 1, "only the valid submission created a key");
+}
+
+fn enc_html(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_viewer_cannot_create_keys(pool: PgPool) {
+    let app = TestApp::new(pool.clone());
+    let cookie = app.signed_in("viewer@example.com", Role::Viewer).await;
+    assert!(!app
+        .get("/keys", Some(&cookie))
+        .await
+        .body
+        .contains("/keys/new"));
+    let page = app.get("/keys/new", Some(&cookie)).await;
+    assert!(!page.body.contains("Create vault key"));
+    let refused = app.post_form("/keys", &form(GOOD), Some(&cookie)).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM vault_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
+}
