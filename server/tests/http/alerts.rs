@@ -7,7 +7,7 @@ use axum::{extract::State, http::StatusCode, routing::post, Json, Router};
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::proxy::{proxy_with_key, CHARGE};
+use crate::proxy::{charge_at_once, proxy_with_key, CHARGE};
 use server::jobs::notifier::Notifier;
 
 async fn alerts_of(pool: &PgPool, key_id: i64) -> Vec<(String, i16, i32)> {
@@ -24,22 +24,7 @@ async fn alerts_of(pool: &PgPool, key_id: i64) -> Vec<(String, i16, i32)> {
 async fn sixty_four_concurrent_charges_crossing_90_percent_raise_one_alert(pool: PgPool) {
     // 64 charges of 1,000 under a 70,000 cap: the 63rd takes it past 90 %.
     let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 70_000).await;
-    let mut calls = tokio::task::JoinSet::new();
-    for _ in 0..64 {
-        let (router, key) = (app.router.clone(), key.clone());
-        calls.spawn(async move {
-            let request = axum::http::Request::post("/v1/charges")
-                .header("authorization", format!("Bearer {key}"))
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(axum::body::Body::from(CHARGE))
-                .unwrap();
-            tower::ServiceExt::oneshot(router, request)
-                .await
-                .unwrap()
-                .status()
-        });
-    }
-    let statuses = calls.join_all().await;
+    let statuses = charge_at_once(&app, &key, 64).await;
     assert!(statuses.iter().all(|s| *s == StatusCode::OK));
     assert_eq!(
         alerts_of(&pool, key_id).await,

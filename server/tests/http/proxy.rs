@@ -29,6 +29,26 @@ pub(crate) async fn proxy_with_key(
     (app, stripe, key, created["id"].as_i64().unwrap())
 }
 
+/// `count` charges of [`CHARGE`] sent at once; their statuses.
+pub(crate) async fn charge_at_once(app: &TestApp, key: &str, count: usize) -> Vec<StatusCode> {
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..count {
+        let (router, key) = (app.router.clone(), key.to_owned());
+        calls.spawn(async move {
+            let request = axum::http::Request::post("/v1/charges")
+                .header("authorization", format!("Bearer {key}"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(axum::body::Body::from(CHARGE))
+                .unwrap();
+            tower::ServiceExt::oneshot(router, request)
+                .await
+                .unwrap()
+                .status()
+        });
+    }
+    calls.join_all().await
+}
+
 async fn money(pool: &PgPool, key_id: i64) -> (i64, i64) {
     sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
         .bind(key_id)
@@ -388,22 +408,7 @@ async fn a_revoked_key_is_refused_from_the_next_call(pool: PgPool) {
 async fn concurrent_charges_never_exceed_the_cap(pool: PgPool) {
     // The cap admits exactly 7 charges of 1,000; 40 arrive at once.
     let (app, stripe, key, key_id) = proxy_with_key(pool.clone(), 7000).await;
-    let mut calls = tokio::task::JoinSet::new();
-    for _ in 0..40 {
-        let (app, key) = (app.router.clone(), key.clone());
-        calls.spawn(async move {
-            let request = axum::http::Request::post("/v1/charges")
-                .header("authorization", format!("Bearer {key}"))
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(axum::body::Body::from(CHARGE))
-                .unwrap();
-            tower::ServiceExt::oneshot(app, request)
-                .await
-                .unwrap()
-                .status()
-        });
-    }
-    let statuses = calls.join_all().await;
+    let statuses = charge_at_once(&app, &key, 40).await;
     assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 7);
     assert_eq!(
         statuses

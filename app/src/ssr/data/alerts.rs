@@ -97,8 +97,7 @@ pub async fn acknowledge(
         Actor::ApiToken { id } => (None, Some(id)),
         Actor::Cli | Actor::System => (None, None),
     };
-    let mut tx = pool.begin().await?;
-    let updated = sqlx::query(
+    let update = sqlx::query(
         "UPDATE alerts SET acknowledged_at = now(), acknowledged_by = $2, acknowledged_by_token = $3,
                 ack_note = $4, snoozed_until = NULL
          WHERE id = $1 AND acknowledged_at IS NULL",
@@ -106,11 +105,25 @@ pub async fn acknowledge(
     .bind(id)
     .bind(operator)
     .bind(token)
-    .bind(note)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if updated == 0 {
+    .bind(note);
+    let details = serde_json::json!({ "note": note });
+    change(pool, actor, id, update, "alert.acknowledge", details).await
+}
+
+/// Applies one change (`update`, binding the alert's id as $1) and records
+/// it in the action log, in one transaction; then reads the alert back. An
+/// update that touches no row means the alert is gone or, where the update
+/// skips them, already acknowledged.
+async fn change(
+    pool: &PgPool,
+    actor: Actor,
+    id: i64,
+    update: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    action: &str,
+    details: serde_json::Value,
+) -> Result<Alert, AlertChangeError> {
+    let mut tx = pool.begin().await?;
+    if update.execute(&mut *tx).await?.rows_affected() == 0 {
         let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM alerts WHERE id = $1)")
             .bind(id)
             .fetch_one(&mut *tx)
@@ -124,10 +137,10 @@ pub async fn acknowledge(
     actions::record(
         &mut *tx,
         actor,
-        "alert.acknowledge",
+        action,
         "alert",
         Some(id.to_string()),
-        serde_json::json!({ "note": note }),
+        details,
     )
     .await?;
     tx.commit().await?;
@@ -168,27 +181,11 @@ pub async fn assign(
     id: i64,
     operator: Option<i64>,
 ) -> Result<Alert, AlertChangeError> {
-    let mut tx = pool.begin().await?;
-    let updated = sqlx::query("UPDATE alerts SET assigned_to = $2 WHERE id = $1")
+    let update = sqlx::query("UPDATE alerts SET assigned_to = $2 WHERE id = $1")
         .bind(id)
-        .bind(operator)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    if updated == 0 {
-        return Err(AlertChangeError::NotFound(id));
-    }
-    actions::record(
-        &mut *tx,
-        actor,
-        "alert.assign",
-        "alert",
-        Some(id.to_string()),
-        serde_json::json!({ "operator_id": operator }),
-    )
-    .await?;
-    tx.commit().await?;
-    find(pool, id).await?.ok_or(AlertChangeError::NotFound(id))
+        .bind(operator);
+    let details = serde_json::json!({ "operator_id": operator });
+    change(pool, actor, id, update, "alert.assign", details).await
 }
 
 /// Snoozes an unacknowledged alert until `until`; recorded.
@@ -198,35 +195,11 @@ pub async fn snooze(
     id: i64,
     until: DateTime<Utc>,
 ) -> Result<Alert, AlertChangeError> {
-    let mut tx = pool.begin().await?;
-    let updated = sqlx::query(
+    let update = sqlx::query(
         "UPDATE alerts SET snoozed_until = $2 WHERE id = $1 AND acknowledged_at IS NULL",
     )
     .bind(id)
-    .bind(until)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if updated == 0 {
-        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM alerts WHERE id = $1)")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
-        return Err(if exists {
-            AlertChangeError::AlreadyAcknowledged(id)
-        } else {
-            AlertChangeError::NotFound(id)
-        });
-    }
-    actions::record(
-        &mut *tx,
-        actor,
-        "alert.snooze",
-        "alert",
-        Some(id.to_string()),
-        serde_json::json!({ "until": until }),
-    )
-    .await?;
-    tx.commit().await?;
-    find(pool, id).await?.ok_or(AlertChangeError::NotFound(id))
+    .bind(until);
+    let details = serde_json::json!({ "until": until });
+    change(pool, actor, id, update, "alert.snooze", details).await
 }
