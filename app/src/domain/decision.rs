@@ -43,4 +43,64 @@ impl Decision {
             Decision::RefusedUnavailable => "refused_unavailable",
         }
     }
+
+    /// Every decision, in the order pages list them.
+    pub const ALL: [Decision; 13] = [
+        Decision::Allowed,
+        Decision::Replay,
+        Decision::OutcomeUnknown,
+        Decision::RefusedCap,
+        Decision::RefusedDuplicate,
+        Decision::RefusedEndpoint,
+        Decision::RefusedCurrency,
+        Decision::RefusedAmount,
+        Decision::RefusedInvalidRequest,
+        Decision::RefusedRevoked,
+        Decision::RefusedExpired,
+        Decision::RefusedUnknownKey,
+        Decision::RefusedUnavailable,
+    ];
+
+    pub fn parse(raw: &str) -> Option<Decision> {
+        Self::ALL.into_iter().find(|d| d.as_str() == raw)
+    }
+
+    pub fn is_refusal(self) -> bool {
+        !matches!(
+            self,
+            Decision::Allowed | Decision::Replay | Decision::OutcomeUnknown
+        )
+    }
+
+    /// What an operator reads in a table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Decision::Allowed => "Allowed",
+            Decision::Replay => "Replay (same idempotency key)",
+            Decision::OutcomeUnknown => "Outcome unknown",
+            Decision::RefusedUnknownKey => "Refused: unknown key",
+            Decision::RefusedRevoked => "Refused: key revoked",
+            Decision::RefusedExpired => "Refused: key expired",
+            Decision::RefusedEndpoint => "Refused: endpoint not allowed",
+            Decision::RefusedCurrency => "Refused: wrong currency",
+            Decision::RefusedAmount => "Refused: amount missing or invalid",
+            Decision::RefusedInvalidRequest => "Refused: unreadable request",
+            Decision::RefusedCap => "Refused: over the cap",
+            Decision::RefusedDuplicate => "Refused: duplicate charge",
+            Decision::RefusedUnavailable => "Refused: database unavailable",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_decision_round_trips_through_its_name() {
+        for decision in Decision::ALL {
+            assert_eq!(Decision::parse(decision.as_str()), Some(decision));
+        }
+        assert_eq!(Decision::parse("allowed'--"), None);
+    }
 }

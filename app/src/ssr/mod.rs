@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod auth;
+pub mod charts;
 pub mod data;
 pub mod flash;
 pub mod secrets;
