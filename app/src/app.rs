@@ -8,7 +8,7 @@ use leptos_router::{
 use crate::{
     components::Layout,
     pages::{
-        AlertsPage, ApprovalsPage, AuditLogPage, LoginPage, NewKeyPage, NotFoundPage,
+        AlertsPage, ApprovalsPage, AuditLogPage, KeyPage, LoginPage, NewKeyPage, NotFoundPage,
         OperatorsPage, OverviewPage, ReconciliationPage, VaultKeysPage,
     },
 };
@@ -49,6 +49,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("") view=OverviewPage/>
                     <Route path=path!("/keys") view=VaultKeysPage/>
                     <Route path=path!("/keys/new") view=NewKeyPage/>
+                    <Route path=path!("/keys/:id") view=KeyPage/>
                     <Route path=path!("/alerts") view=AlertsPage/>
                     <Route path=path!("/audit") view=AuditLogPage/>
                     <Route path=path!("/reconciliation") view=ReconciliationPage/>

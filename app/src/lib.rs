@@ -2,6 +2,9 @@
 //! is compiled twice: with `ssr` into the server, with `hydrate` into the
 //! browser bundle), plus the domain types both sides share.
 
+// Leptos views nest deeply in their types; the key page passes the default limit.
+#![recursion_limit = "256"]
+
 pub mod app;
 pub mod components;
 pub mod domain;

@@ -5,12 +5,14 @@ mod layout;
 mod notice_banner;
 mod require_role;
 mod upcoming;
+mod utilization;
 
 pub use amount::Amount;
 pub use layout::Layout;
 pub use notice_banner::NoticeBanner;
 pub use require_role::RequireRole;
 pub use upcoming::Upcoming;
+pub use utilization::UtilizationMeter;
 
 use leptos::prelude::*;
 

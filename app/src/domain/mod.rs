@@ -6,6 +6,7 @@ mod decision;
 mod email;
 mod endpoint;
 mod key_draft;
+mod key_list;
 mod money;
 mod period;
 mod role;
@@ -15,6 +16,9 @@ pub use decision::Decision;
 pub use email::Email;
 pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
 pub use key_draft::{FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
+pub use key_list::{
+    CallSummary, DecisionCount, KeyDetail, KeyFilter, KeyList, KeyQuery, KeySort, KEYS_PER_PAGE,
+};
 pub use money::{group_thousands, Cents, Currency, MAX_CENTS};
 pub use period::BillingPeriod;
 pub use role::Role;
@@ -123,6 +127,8 @@ pub struct KeySummary {
     pub reserved: Cents,
     pub status: KeyStatus,
     pub expires_at: chrono::DateTime<chrono::Utc>,
+    /// Utilization percentages that raise an alert, ascending.
+    pub thresholds_pct: Vec<i16>,
 }
 
 impl KeySummary {
@@ -148,9 +154,28 @@ pub struct PeriodTotals {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Overview {
     pub period: BillingPeriod,
+    pub as_of: chrono::DateTime<chrono::Utc>,
     pub totals: Vec<PeriodTotals>,
     pub billing_records: i64,
     pub billed_customers_amount: Vec<(Currency, Cents)>,
+    /// The period's keys at or above one of their thresholds, fullest
+    /// first (at most a page), and how many there are.
+    pub at_threshold: Vec<KeySummary>,
+    pub at_threshold_count: i64,
+    pub open_alerts: i64,
+    /// Calls refused in the last 24 hours (whole hours), every reason.
+    pub refused_last_24h: i64,
+    pub daily_spend: Vec<SpendChart>,
+}
+
+/// A chart of daily spend per key in one currency, drawn on the server,
+/// and its legend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpendChart {
+    pub currency: Currency,
+    pub svg: String,
+    /// (key id, label, CSS colour of its line, spent this period).
+    pub legend: Vec<(i64, String, String, Cents)>,
 }
 
 /// Whether a `next` address is a path on this site, safe to redirect to

@@ -3,6 +3,7 @@
 mod alerts;
 mod approvals;
 mod audit_log;
+mod key;
 mod login;
 mod new_key;
 mod not_found;
@@ -14,6 +15,7 @@ mod vault_keys;
 pub use alerts::AlertsPage;
 pub use approvals::ApprovalsPage;
 pub use audit_log::AuditLogPage;
+pub use key::KeyPage;
 pub use login::LoginPage;
 pub use new_key::NewKeyPage;
 pub use not_found::NotFoundPage;

@@ -79,6 +79,7 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
         )
     });
     let ticked = draft.endpoints.clone();
+    let draft_currency = draft.currency.clone();
 
     view! {
         <form class="panel key-form" method="post" action="/keys" novalidate>
@@ -155,6 +156,19 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
                 <button type="submit" class="button button-primary">"Create vault key"</button>
                 <a class="button button-quiet" href="/keys">"Cancel"</a>
             </div>
+        </form>
+        <form class="panel form-inline" method="post" action="/keys/suggestion" enctype="multipart/form-data">
+            <h2>"Expected total from a file"</h2>
+            <p class="hint">"A CSV of customer, amount rows (a header row is fine), amounts in the currency's major unit: the total becomes the suggestion above."</p>
+            <div class="field">
+                <label for="suggestion-file">"CSV file"</label>
+                <input id="suggestion-file" name="file" type="file" accept=".csv,text/csv" required/>
+            </div>
+            <div class="field">
+                <label for="suggestion-currency">"Amounts in"</label>
+                <input id="suggestion-currency" name="currency" type="text" maxlength="3" value=draft_currency/>
+            </div>
+            <button type="submit" class="button button-quiet">"Use this file"</button>
         </form>
     }
     .into_any()

@@ -12,4 +12,6 @@ pub use alerts::{list_alerts, open_alert_count, ListAlerts, OpenAlertCount};
 pub use me::{get_me, take_notice, GetMe, TakeNotice};
 pub use operators::{list_operators, ListOperators};
 pub use overview::{get_overview, GetOverview};
-pub use vault_keys::{list_vault_keys, new_key_form, ListVaultKeys, NewKeyForm};
+pub use vault_keys::{
+    get_vault_key, list_vault_keys, new_key_form, GetVaultKey, ListVaultKeys, NewKeyForm,
+};

@@ -2,23 +2,107 @@ use leptos::prelude::*;
 
 use crate::{domain::Overview, error::AppError};
 
-/// Totals for the current billing period (UTC).
+/// Keys the daily spend chart draws (those that spent most).
+#[cfg(feature = "ssr")]
+const CHARTED_KEYS: i64 = 8;
+
+/// Where the current billing period (UTC) stands: totals, keys near their
+/// caps, alerts, refusals and daily spend. Reads only vault_keys, alerts
+/// and the call counters, never the audit log.
 #[server(endpoint = "get_overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
     use crate::{
-        domain::{BillingPeriod, Role},
-        ssr,
+        domain::{BillingPeriod, KeyQuery, Role},
+        ssr::{
+            self,
+            data::{alerts, billing_records, call_stats, vault_keys},
+        },
     };
     ssr::auth::require(Role::Viewer)?;
-    let state = expect_context::<ssr::AppState>();
-    let period = BillingPeriod::containing(chrono::Utc::now());
-    let totals = ssr::data::vault_keys::period_totals(&state.pool, period).await?;
+    let pool = &expect_context::<ssr::AppState>().pool;
+    let now = chrono::Utc::now();
+    let period = BillingPeriod::containing(now);
+    let totals = vault_keys::period_totals(pool, period).await?;
     let (billing_records, billed_customers_amount) =
-        ssr::data::billing_records::charged_in_period(&state.pool, period).await?;
+        billing_records::charged_in_period(pool, period).await?;
+    let near_cap = KeyQuery {
+        period: Some(period.to_string()),
+        at_threshold: Some("1".into()),
+        sort: Some("utilization".into()),
+        ..KeyQuery::default()
+    }
+    .parse()?;
+    let (rows, at_threshold_count) = vault_keys::list_filtered(pool, &near_cap, 10).await?;
+    let at_threshold = rows
+        .iter()
+        .map(|row| row.summary(now))
+        .collect::<Result<_, _>>()?;
+    let charted = vault_keys::top_spenders(pool, period, CHARTED_KEYS).await?;
+    let ids: Vec<i64> = charted.iter().map(|row| row.id).collect();
+    let daily = call_stats::daily_spend(pool, &ids, period.starts_at(), period.ends_at()).await?;
     Ok(Overview {
         period,
+        as_of: now,
         totals,
         billing_records,
         billed_customers_amount,
+        at_threshold,
+        at_threshold_count,
+        open_alerts: alerts::open_count(pool).await?,
+        refused_last_24h: call_stats::refused_since(pool, now - chrono::Duration::hours(24))
+            .await?,
+        daily_spend: spend_charts(period, &charted, &daily)?,
     })
+}
+
+/// One chart per currency, a line per key.
+#[cfg(feature = "ssr")]
+fn spend_charts(
+    period: crate::domain::BillingPeriod,
+    keys: &[crate::ssr::data::vault_keys::VaultKeyRow],
+    daily: &[(i64, chrono::NaiveDate, crate::domain::Cents)],
+) -> Result<Vec<crate::domain::SpendChart>, AppError> {
+    use crate::{
+        domain::{Cents, Currency, SpendChart},
+        ssr::charts,
+    };
+    let first = period.starts_at().date_naive();
+    let last = (period.ends_at() - chrono::Duration::days(1)).date_naive();
+    let mut currencies: Vec<&str> = keys.iter().map(|k| k.currency.as_str()).collect();
+    currencies.sort_unstable();
+    currencies.dedup();
+    currencies
+        .into_iter()
+        .map(|code| {
+            let currency = Currency::parse(code)?;
+            let keys: Vec<_> = keys.iter().filter(|k| k.currency == code).collect();
+            let series: Vec<Vec<_>> = keys
+                .iter()
+                .map(|key| {
+                    daily
+                        .iter()
+                        .filter(|(id, _, _)| *id == key.id)
+                        .map(|(_, day, spent)| (*day, *spent))
+                        .collect()
+                })
+                .collect();
+            let legend = keys
+                .iter()
+                .zip(charts::SERIES.iter().cycle())
+                .map(|(key, colour)| {
+                    (
+                        key.id,
+                        key.label.clone(),
+                        charts::css_colour(*colour),
+                        Cents(key.spent_cents),
+                    )
+                })
+                .collect();
+            Ok(SpendChart {
+                svg: charts::daily_spend(&series, first, last, &currency),
+                currency,
+                legend,
+            })
+        })
+        .collect()
 }

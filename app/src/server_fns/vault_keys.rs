@@ -1,22 +1,78 @@
 use leptos::prelude::*;
 
 use crate::{
-    domain::{KeyForm, KeySummary},
+    domain::{KeyDetail, KeyForm, KeyList, KeyQuery},
     error::AppError,
 };
 
+/// One page of the keys list, filtered and sorted as the query asks.
 #[server(endpoint = "list_vault_keys")]
-pub async fn list_vault_keys() -> Result<Vec<KeySummary>, AppError> {
-    use crate::{domain::Role, ssr};
-    /// The most keys the list shows until it gains filters and paging.
-    const KEY_LIST_LIMIT: i64 = 200;
+pub async fn list_vault_keys(query: KeyQuery) -> Result<KeyList, AppError> {
+    use crate::{
+        domain::{Role, KEYS_PER_PAGE},
+        ssr::{self, data::vault_keys},
+    };
     ssr::auth::require(Role::Viewer)?;
-    let state = expect_context::<ssr::AppState>();
+    let filter = query.parse()?;
+    let pool = &expect_context::<ssr::AppState>().pool;
     let now = chrono::Utc::now();
-    let rows = ssr::data::vault_keys::list(&state.pool, KEY_LIST_LIMIT).await?;
-    rows.iter()
-        .map(|row| row.summary(now).map_err(AppError::from))
-        .collect()
+    let (rows, matching) = vault_keys::list_filtered(pool, &filter, KEYS_PER_PAGE).await?;
+    let keys = rows
+        .iter()
+        .map(|row| row.summary(now))
+        .collect::<Result<_, _>>()?;
+    Ok(KeyList {
+        keys,
+        matching,
+        page: filter.page,
+        pages: (matching + KEYS_PER_PAGE - 1) / KEYS_PER_PAGE,
+        periods: vault_keys::periods(pool).await?,
+    })
+}
+
+/// Everything a key's page shows, its spend chart drawn here.
+#[server(endpoint = "get_vault_key")]
+pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
+    use crate::{
+        domain::{BillingPeriod, Role},
+        ssr::{
+            self, charts,
+            data::{alerts, audit, call_stats, vault_keys},
+        },
+    };
+    ssr::auth::require(Role::Viewer)?;
+    let pool = &expect_context::<ssr::AppState>().pool;
+    let now = chrono::Utc::now();
+    let row = vault_keys::find_with_people(pool, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    let key = row.key.summary(now)?;
+    let hourly = call_stats::hourly_spend(pool, id).await?;
+    let period: BillingPeriod = row.key.billing_period.parse()?;
+    let from = row.key.created_at.min(period.starts_at());
+    let spend_chart_svg = charts::cumulative_spend(
+        &hourly,
+        from,
+        row.key.expires_at.max(from + chrono::Duration::hours(1)),
+        now,
+        key.cap,
+        key.expected_total,
+        &key.currency,
+    );
+    Ok(KeyDetail {
+        buffer_bps: row.key.buffer_bps,
+        allowed_endpoints: row.key.allowed_endpoints.clone(),
+        created_at: row.key.created_at,
+        created_by: row.created_by,
+        revoked_at: row.key.revoked_at,
+        revoked_by: row.revoked_by,
+        revoke_reason: row.key.revoke_reason.clone(),
+        calls: call_stats::by_decision(pool, id).await?,
+        latest_calls: audit::latest_for_key(pool, id, 20).await?,
+        alerts: alerts::list(pool, Some(id), None, 20).await?,
+        spend_chart_svg,
+        key,
+    })
 }
 
 /// The new-key form: the draft refused last (with its messages) or a fresh
@@ -25,8 +81,8 @@ pub async fn list_vault_keys() -> Result<Vec<KeySummary>, AppError> {
 #[server(endpoint = "new_key_form")]
 pub async fn new_key_form(draft: Option<String>) -> Result<KeyForm, AppError> {
     use crate::{
-        domain::{group_thousands, BillingPeriod, Cents, Currency, KeyDraft, Role, Suggestion},
-        ssr::{self, data::billing_records, flash},
+        domain::{BillingPeriod, KeyDraft, Role},
+        ssr::{self, flash},
     };
     ssr::auth::require(Role::Operator)?;
     let state = expect_context::<ssr::AppState>();
@@ -38,9 +94,30 @@ pub async fn new_key_form(draft: Option<String>) -> Result<KeyForm, AppError> {
     };
     let (draft, errors) = refused.unwrap_or_else(|| (KeyDraft::for_period(current), Vec::new()));
     let period = draft.period.parse::<BillingPeriod>().unwrap_or(current);
-    let previous = period.previous();
-    let billed = billing_records::period_totals(&state.pool, previous).await?;
-    let suggestion = billed
+    let uploaded = flash::key_suggestion(&session).await;
+    let suggestion = match uploaded {
+        Some(uploaded) => Some(uploaded),
+        None => previous_period_suggestion(&state.pool, period.previous()).await?,
+    };
+    Ok(KeyForm {
+        draft,
+        errors,
+        suggestion,
+    })
+}
+
+/// What the billing records say `previous` billed, as a suggestion.
+#[cfg(feature = "ssr")]
+async fn previous_period_suggestion(
+    pool: &sqlx::PgPool,
+    previous: crate::domain::BillingPeriod,
+) -> Result<Option<crate::domain::Suggestion>, AppError> {
+    use crate::{
+        domain::{group_thousands, Cents, Currency, Suggestion},
+        ssr::data::billing_records,
+    };
+    let billed = billing_records::period_totals(pool, previous).await?;
+    Ok(billed
         .into_iter()
         .next()
         .and_then(|(currency, customers, total)| {
@@ -53,10 +130,5 @@ pub async fn new_key_form(draft: Option<String>) -> Result<KeyForm, AppError> {
                 currency,
                 source,
             })
-        });
-    Ok(KeyForm {
-        draft,
-        errors,
-        suggestion,
-    })
+        }))
 }

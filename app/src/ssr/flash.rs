@@ -2,7 +2,7 @@
 
 use tower_sessions::Session;
 
-use crate::domain::{FieldErrors, KeyDraft, Notice};
+use crate::domain::{FieldErrors, KeyDraft, Notice, Suggestion};
 
 const KEY: &str = "notice";
 
@@ -34,6 +34,22 @@ pub async fn key_draft(session: &Session, id: &str) -> Option<(KeyDraft, FieldEr
     (stored == id).then_some((draft, errors))
 }
 
+/// Forgets the refused form and any uploaded suggestion: a key was created.
 pub async fn clear_key_draft(session: &Session) {
     let _ = session.remove_value(KEY_DRAFT).await;
+    let _ = session.remove_value(KEY_SUGGESTION).await;
+}
+
+const KEY_SUGGESTION: &str = "key_suggestion";
+
+/// An expected total computed from an uploaded file, which the new-key form
+/// offers instead of the previous period's until a key is created.
+pub async fn set_key_suggestion(session: &Session, suggestion: &Suggestion) {
+    if let Err(err) = session.insert(KEY_SUGGESTION, suggestion).await {
+        tracing::error!(error = %err, "could not store a suggestion in the session");
+    }
+}
+
+pub async fn key_suggestion(session: &Session) -> Option<Suggestion> {
+    session.get(KEY_SUGGESTION).await.ok().flatten()
 }

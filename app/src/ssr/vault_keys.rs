@@ -13,7 +13,10 @@ use super::{
     secrets::Secret,
 };
 use crate::{
-    domain::{BillingPeriod, Cents, Currency, EndpointPattern, FieldErrors, KeyDraft},
+    domain::{
+        group_thousands, BillingPeriod, Cents, Currency, EndpointPattern, FieldErrors, KeyDraft,
+        Suggestion, MAX_CENTS,
+    },
     error::AppError,
 };
 
@@ -290,4 +293,100 @@ fn parse_thresholds(raw: &str) -> Result<Vec<i16>, String> {
     }
     thresholds.sort_unstable();
     Ok(thresholds)
+}
+
+/// The expected total of an uploaded CSV of `customer,amount` rows (a header
+/// row is allowed): every customer once, every amount positive and in the
+/// currency's decimals. The message names the first bad line.
+pub fn suggestion_from_csv(
+    file_name: &str,
+    bytes: &[u8],
+    currency: &Currency,
+) -> Result<Suggestion, String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(bytes);
+    let mut customers = std::collections::HashSet::new();
+    let mut total = 0i64;
+    for (index, record) in reader.records().enumerate() {
+        let line = index + 1;
+        let record = record.map_err(|err| format!("line {line} cannot be read: {err}"))?;
+        if record.iter().all(str::is_empty) {
+            continue;
+        }
+        let [customer, amount] = [record.get(0), record.get(1)];
+        let (Some(customer), Some(amount), 2) = (customer, amount, record.len()) else {
+            return Err(format!(
+                "line {line} has {} columns; each row is customer, amount",
+                record.len()
+            ));
+        };
+        let cents = match Cents::parse_amount(amount, currency) {
+            Ok(cents) => cents,
+            // A header row: its amount column is a name, not a number.
+            Err(_) if line == 1 && !amount.bytes().any(|b| b.is_ascii_digit()) => continue,
+            Err(err) => return Err(format!("line {line}: {err}")),
+        };
+        if customer.is_empty() {
+            return Err(format!("line {line} names no customer"));
+        }
+        if !customers.insert(customer.to_owned()) {
+            return Err(format!(
+                "line {line}: customer {customer:?} is listed twice"
+            ));
+        }
+        total = total
+            .checked_add(cents.0)
+            .filter(|total| *total <= MAX_CENTS)
+            .ok_or_else(|| format!("the total passes the largest expected total at line {line}"))?;
+    }
+    if customers.is_empty() {
+        return Err("the file has no customer rows".into());
+    }
+    let count = group_thousands(customers.len() as u64);
+    Ok(Suggestion {
+        expected: Cents(total),
+        currency: currency.clone(),
+        source: format!("uploaded file {file_name}: {count} customers"),
+    })
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::*;
+
+    fn suggest(text: &str) -> Result<Suggestion, String> {
+        suggestion_from_csv("run.csv", text.as_bytes(), &Currency::usd())
+    }
+
+    #[test]
+    fn a_csv_of_customers_and_amounts_sums_to_the_expected_total() {
+        let s =
+            suggest("customer,amount\ncust_1,49.00\n\"cust,2\", 1250.5\ncust_3,0.99\n").unwrap();
+        assert_eq!(s.expected, Cents(130_049));
+        assert_eq!(s.source, "uploaded file run.csv: 3 customers");
+        // Without a header too.
+        assert_eq!(suggest("cust_1,10").unwrap().expected, Cents(1_000));
+    }
+
+    #[test]
+    fn a_bad_csv_names_the_line_to_fix() {
+        for (text, message) in [
+            ("", "no customer rows"),
+            ("customer,amount\n", "no customer rows"),
+            ("cust_1,10\ncust_2,ten", "line 2"),
+            ("cust_1,10\ncust_1,20", "listed twice"),
+            ("cust_1,10.001", "line 1"),
+            ("cust_1,10\ncust_2,-5", "line 2"),
+            ("cust_1,10,extra", "3 columns"),
+            ("cust_1", "1 columns"),
+            (",10\n", "names no customer"),
+            ("a,999999999999\nb,999999999999", "passes the largest"),
+        ] {
+            let err = suggest(text).unwrap_err();
+            assert!(err.contains(message), "{text:?}: {err}");
+        }
+    }
 }

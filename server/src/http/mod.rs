@@ -53,6 +53,11 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .route("/auth/login", post(auth::login))
         .route("/auth/logout", post(auth::logout))
         .route("/keys", post(vault_keys::create))
+        .route("/keys/{id}/revoke", post(vault_keys::revoke))
+        .route(
+            "/keys/suggestion",
+            post(vault_keys::suggest).layer(DefaultBodyLimit::max(vault_keys::MAX_SUGGESTION_CSV)),
+        )
         .route("/alerts/{id}/ack", post(alerts::acknowledge))
         .route("/alerts/{id}/assign", post(alerts::assign))
         .route("/alerts/{id}/snooze", post(alerts::snooze))

@@ -1,16 +1,22 @@
-//! The new-key form (operator role). A refused form goes back to the page
-//! with what was typed and a message per field; a created key goes to the
-//! keys list with its secret shown once.
+//! The vault key forms (operator role). New key: a refused form goes back to
+//! the page with what was typed and a message per field; a created key goes
+//! to the keys list with its secret shown once. Revoke: needs a reason and
+//! the confirmation box, and goes back to the key's page.
 
 use axum::{
     body::Bytes,
-    extract::State,
+    extract::{rejection::FormRejection, Multipart, Path, State},
     response::{IntoResponse, Redirect, Response},
-    Extension,
+    Extension, Form,
 };
+use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::{auth::ClientIp, error::HttpError, forms::require};
+use super::{
+    auth::ClientIp,
+    error::HttpError,
+    forms::{readable, require, Failure, Page},
+};
 use app::{
     domain::{KeyDraft, Me, Notice, Role},
     error::AppError,
@@ -65,4 +71,117 @@ async fn back_to_form(
     let id = uuid::Uuid::new_v4().simple().to_string();
     flash::set_key_draft(session, &id, draft, &errors).await;
     Redirect::to(&format!("/keys/new?draft={id}")).into_response()
+}
+
+const KEYS: Page = Page {
+    path: "/keys",
+    gone: "That vault key no longer exists.",
+};
+
+#[derive(Debug, Deserialize)]
+pub struct RevokeForm {
+    #[serde(default)]
+    reason: String,
+    /// The confirmation box: present only when ticked.
+    confirm: Option<String>,
+}
+
+pub async fn revoke(
+    State(state): State<AppState>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    Path(id): Path<i64>,
+    form: Result<Form<RevokeForm>, FormRejection>,
+) -> Response {
+    let me = match require(me, Role::Operator) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let outcome = async {
+        let form = readable(form)?;
+        if form.confirm.as_deref() != Some("yes") {
+            return Err(AppError::Invalid(
+                "tick the box to confirm that the key is revoked now".into(),
+            )
+            .into());
+        }
+        let actor = Actor::Operator { id: me.id, ip };
+        let row = vault_keys::revoke(&state.pool, actor, id, &form.reason).await?;
+        Ok(Notice::success(format!(
+            "Revoked {}: the proxy refuses it from the next call.",
+            row.label
+        )))
+    }
+    .await;
+    KEYS.back_to(&format!("/keys/{id}"), &session, outcome)
+        .await
+}
+
+const NEW_KEY: Page = Page {
+    path: "/keys/new",
+    gone: "",
+};
+
+/// The largest CSV of expected billing accepted (about 200,000 rows).
+pub const MAX_SUGGESTION_CSV: usize = 8 * 1024 * 1024;
+
+/// An uploaded CSV of customer, amount rows becomes the new-key form's
+/// suggested expected total.
+pub async fn suggest(
+    me: Option<Extension<Me>>,
+    session: Session,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> Response {
+    if let Err(err) = require(me, Role::Operator) {
+        return err.into_response();
+    }
+    let outcome = async {
+        let mut multipart = multipart.map_err(|err| unreadable(err.body_text()))?;
+        let (mut file, mut currency) = (None, String::from("usd"));
+        while let Some(field) = multipart
+            .next_field()
+            .await
+            .map_err(|err| unreadable(err.body_text()))?
+        {
+            match field.name() {
+                Some("file") => {
+                    let name = field.file_name().unwrap_or("the file").to_owned();
+                    let bytes = field
+                        .bytes()
+                        .await
+                        .map_err(|err| unreadable(err.body_text()))?;
+                    file = Some((name, bytes));
+                }
+                Some("currency") => {
+                    currency = field
+                        .text()
+                        .await
+                        .map_err(|err| unreadable(err.body_text()))?;
+                }
+                _ => {}
+            }
+        }
+        let Some((name, bytes)) = file.filter(|(_, bytes)| !bytes.is_empty()) else {
+            return Err(
+                AppError::Invalid("choose a CSV file of customer, amount rows".into()).into(),
+            );
+        };
+        let currency = app::domain::Currency::parse(&currency)?;
+        let name: String = name.chars().take(80).collect();
+        let suggestion = vault_keys::suggestion_from_csv(&name, &bytes, &currency)
+            .map_err(|message| AppError::Invalid(format!("{name} was not used: {message}")))?;
+        flash::set_key_suggestion(&session, &suggestion).await;
+        Ok(Notice::success(format!(
+            "Suggested expected total {} {currency} from {}.",
+            suggestion.expected.format(&currency),
+            suggestion.source.trim_start_matches("uploaded file ")
+        )))
+    }
+    .await;
+    NEW_KEY.back_with(&session, outcome).await
+}
+
+fn unreadable(reason: String) -> Failure {
+    AppError::Invalid(format!("the upload could not be read: {reason}")).into()
 }

@@ -8,6 +8,7 @@ mod helpers;
 mod alerts;
 mod auth;
 mod key_api;
+mod key_pages;
 mod new_key;
 mod operators;
 mod pages;

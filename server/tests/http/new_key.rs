@@ -237,3 +237,65 @@ async fn a_viewer_cannot_create_keys(pool: PgPool) {
         .unwrap();
     assert_eq!(count, 0);
 }
+
+/// Uploads `csv` as the new-key form's expected billing file.
+async fn upload(app: &TestApp, cookie: &str, csv: &str) -> crate::helpers::TestResponse {
+    let boundary = "vaultcap-test-boundary";
+    let body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"currency\"\r\n\r\nusd\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"run.csv\"\r\n\
+         Content-Type: text/csv\r\n\r\n{csv}\r\n--{boundary}--\r\n"
+    );
+    let request = axum::http::Request::post("/keys/suggestion")
+        .header("host", "localhost")
+        .header("origin", "http://localhost")
+        .header("cookie", cookie)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    app.send(request).await
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn an_uploaded_csv_of_expected_billing_becomes_the_suggestion(pool: PgPool) {
+    let app = TestApp::new(pool);
+    let cookie = app.signed_in("ops@example.com", Role::Operator).await;
+
+    let sent = upload(
+        &app,
+        &cookie,
+        "customer,amount\ncust_1,4000.00\ncust_2,1000\n",
+    )
+    .await;
+    assert_eq!(sent.status, StatusCode::SEE_OTHER);
+    assert_eq!(sent.location(), "/keys/new");
+    let page = app.get("/keys/new", Some(&cookie)).await.body;
+    assert!(
+        page.contains("Suggested: 5,000.00 USD — uploaded file run.csv: 2 customers."),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"value="5,000.00""#),
+        "the form starts from it"
+    );
+
+    upload(&app, &cookie, "cust_1,10\ncust_1,20\n").await;
+    let page = app.get("/keys/new", Some(&cookie)).await.body;
+    assert!(
+        page.contains("run.csv was not used: line 2: customer \"cust_1\" is listed twice"),
+        "{page}"
+    );
+    assert!(
+        page.contains("5,000.00 USD — uploaded file run.csv"),
+        "the good file still counts"
+    );
+
+    let viewer = app.signed_in("viewer@example.com", Role::Viewer).await;
+    assert_eq!(
+        upload(&app, &viewer, "cust_1,10\n").await.status,
+        StatusCode::FORBIDDEN
+    );
+}

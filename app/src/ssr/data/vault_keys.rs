@@ -1,10 +1,11 @@
 //! Vault keys as the key API and the proxy read and write them.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, Row};
+use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder, Row};
 
 use crate::domain::{
-    BillingPeriod, Cents, Currency, KeyStatus, KeySummary, ParseError, PeriodTotals,
+    BillingPeriod, Cents, Currency, KeyFilter, KeySort, KeyStatus, KeySummary, ParseError,
+    PeriodTotals,
 };
 
 /// A vault key's row (never its secret, only the hash's lookup).
@@ -24,6 +25,7 @@ pub struct VaultKeyRow {
     pub expires_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub revoke_reason: Option<String>,
+    pub alert_thresholds_pct: Vec<i16>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -53,12 +55,14 @@ impl VaultKeyRow {
             reserved: Cents(self.reserved_cents),
             status: self.status(now),
             expires_at: self.expires_at,
+            thresholds_pct: self.alert_thresholds_pct.clone(),
         })
     }
 }
 
 const COLUMNS: &str = "id, label, secret_prefix, billing_period, currency, expected_total_cents, buffer_bps,
-    cap_cents, spent_cents, reserved_cents, allowed_endpoints, expires_at, revoked_at, revoke_reason, created_at";
+    cap_cents, spent_cents, reserved_cents, allowed_endpoints, expires_at, revoked_at, revoke_reason,
+    alert_thresholds_pct, created_at";
 
 /// What a new key row holds; the caller has validated it.
 pub struct NewKeyRow<'a> {
@@ -134,6 +138,97 @@ pub async fn list(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<VaultKeyRow
     .await
 }
 
+/// One page of the keys matching `filter`, in its order, and how many
+/// match in all.
+pub async fn list_filtered(
+    pool: &PgPool,
+    filter: &KeyFilter,
+    per_page: i64,
+) -> Result<(Vec<VaultKeyRow>, i64), sqlx::Error> {
+    let mut count = QueryBuilder::new("SELECT count(*) FROM vault_keys");
+    push_filter(&mut count, filter);
+    let matching: i64 = count.build_query_scalar().fetch_one(pool).await?;
+
+    let mut page = QueryBuilder::new(format!("SELECT {COLUMNS} FROM vault_keys"));
+    push_filter(&mut page, filter);
+    let column = match filter.sort {
+        KeySort::Created => "created_at",
+        KeySort::Period => "billing_period",
+        KeySort::Label => "lower(label)",
+        KeySort::Cap => "cap_cents",
+        KeySort::Spent => "spent_cents",
+        KeySort::Utilization => "(spent_cents + reserved_cents)::numeric / cap_cents",
+        KeySort::Expires => "expires_at",
+    };
+    let dir = if filter.descending { "DESC" } else { "ASC" };
+    page.push(format!(" ORDER BY {column} {dir}, id {dir} LIMIT "))
+        .push_bind(per_page)
+        .push(" OFFSET ")
+        .push_bind((filter.page - 1) * per_page);
+    let rows = page.build_query_as().fetch_all(pool).await?;
+    Ok((rows, matching))
+}
+
+fn push_filter(query: &mut QueryBuilder<'_, Postgres>, filter: &KeyFilter) {
+    query.push(" WHERE true");
+    if let Some(period) = filter.period {
+        query
+            .push(" AND billing_period = ")
+            .push_bind(period.to_string());
+    }
+    match filter.status {
+        None => {}
+        Some(KeyStatus::Active) => {
+            query.push(" AND revoked_at IS NULL AND expires_at > now()");
+        }
+        Some(KeyStatus::Expired) => {
+            query.push(" AND revoked_at IS NULL AND expires_at <= now()");
+        }
+        Some(KeyStatus::Revoked) => {
+            query.push(" AND revoked_at IS NOT NULL");
+        }
+    }
+    if filter.at_threshold {
+        query.push(
+            " AND (spent_cents + reserved_cents) * 100
+                  >= cap_cents * (SELECT min(t) FROM unnest(alert_thresholds_pct) t)",
+        );
+    }
+    if let Some(search) = &filter.search {
+        // Matched literally: LIKE's wildcards in the search are escaped.
+        let escaped = search
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        query
+            .push(" AND label ILIKE ")
+            .push_bind(format!("%{escaped}%"));
+    }
+}
+
+/// The period's keys that spent most, most first (only keys that spent).
+pub async fn top_spenders(
+    db: impl PgExecutor<'_>,
+    period: BillingPeriod,
+    limit: i64,
+) -> Result<Vec<VaultKeyRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM vault_keys WHERE billing_period = $1 AND spent_cents > 0
+         ORDER BY spent_cents DESC, id LIMIT $2"
+    ))
+    .bind(period.to_string())
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Billing periods that have keys, newest first.
+pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT DISTINCT billing_period FROM vault_keys ORDER BY 1 DESC")
+        .fetch_all(db)
+        .await
+}
+
 /// Revokes a key that is not revoked yet; `None` if it was (or is missing).
 pub async fn revoke(
     db: impl PgExecutor<'_>,
@@ -186,4 +281,33 @@ pub async fn period_totals(
             })
         })
         .collect()
+}
+
+/// A key with the people who created and revoked it (their emails; an API
+/// token's name when a token created it).
+#[derive(sqlx::FromRow)]
+pub struct KeyWithPeople {
+    #[sqlx(flatten)]
+    pub key: VaultKeyRow,
+    pub created_by: Option<String>,
+    pub revoked_by: Option<String>,
+}
+
+pub async fn find_with_people(
+    db: impl PgExecutor<'_>,
+    id: i64,
+) -> Result<Option<KeyWithPeople>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT k.*, COALESCE(creator.email, 'API token ' || tok.name) AS created_by,
+                revoker.email AS revoked_by
+         FROM (SELECT {COLUMNS}, created_by AS creator_id, created_by_token AS token_id,
+                      revoked_by AS revoker_id
+               FROM vault_keys WHERE id = $1) k
+         LEFT JOIN operators creator ON creator.id = k.creator_id
+         LEFT JOIN api_tokens tok ON tok.id = k.token_id
+         LEFT JOIN operators revoker ON revoker.id = k.revoker_id"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await
 }

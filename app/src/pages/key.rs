@@ -1,0 +1,277 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_params_map;
+
+use crate::{
+    components::{utc, Amount, ErrorPanel, RequireRole, UtilizationMeter},
+    domain::{Cents, KeyDetail, KeyStatus, KeySummary, Me, Role},
+    error::AppError,
+    server_fns::get_vault_key,
+};
+
+/// One vault key: how much of its cap is used, how its spend grew, what its
+/// calls were, and revoking it.
+#[component]
+pub fn KeyPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()));
+    let detail = Resource::new(id, |id| async move {
+        match id {
+            Some(id) => get_vault_key(id).await,
+            None => Err(AppError::NotFound),
+        }
+    });
+    let can_act = use_context::<Me>().is_some_and(|me| me.role.allows(Role::Operator));
+    view! {
+        <RequireRole role=Role::Viewer>
+            <Suspense>
+                {move || Suspend::new(async move {
+                    match detail.await {
+                        Ok(detail) => view! { <KeyView detail can_act/> }.into_any(),
+                        Err(AppError::NotFound) => view! {
+                            <Title text="Vault key not found"/>
+                            <h1>"Vault key not found"</h1>
+                            <section class="panel"><p>"There is no such vault key. " <a href="/keys">"Back to the keys list"</a></p></section>
+                        }.into_any(),
+                        Err(error) => view! { <h1>"Vault key"</h1><ErrorPanel error/> }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </RequireRole>
+    }
+}
+
+#[component]
+fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
+    let key = detail.key.clone();
+    let revocable = can_act && key.status != KeyStatus::Revoked;
+    let title = key.label.clone();
+    view! {
+        <Title text=title/>
+        <p class="breadcrumb"><a href="/keys">"Vault keys"</a> " / " {key.billing_period.clone()}</p>
+        <div class="page-head">
+            <h1>{key.label.clone()} " " <span class=format!("status status-{}", key.status.as_str())>{key.status.as_str()}</span></h1>
+            <div class="actions">
+                <button type="button" class="button button-quiet" disabled
+                    title="Cap increases with a second approver arrive with the approvals page">"Request cap increase"</button>
+                <button type="button" class="button button-quiet" disabled
+                    title="The audit log export arrives with the audit log page">"Download audit CSV"</button>
+            </div>
+        </div>
+
+        <UtilizationPanel key=key.clone()/>
+        <SpendPanel detail=detail.clone()/>
+        <div class="columns">
+            <section class="panel" aria-labelledby="calls-heading">
+                <h2 id="calls-heading">"Calls by decision"</h2>
+                <CallCounts detail=detail.clone()/>
+            </section>
+            <section class="panel" aria-labelledby="key-heading">
+                <h2 id="key-heading">"Key"</h2>
+                <KeyFacts detail=detail.clone()/>
+            </section>
+        </div>
+        <section class="panel" aria-labelledby="latest-heading">
+            <h2 id="latest-heading">"Latest calls"</h2>
+            <LatestCalls detail=detail.clone()/>
+        </section>
+        <KeyAlerts detail=detail.clone()/>
+        {revocable.then(|| view! { <RevokeForm id=key.id label=key.label.clone()/> })}
+    }
+    .into_any()
+}
+
+#[component]
+fn UtilizationPanel(key: KeySummary) -> impl IntoView {
+    let currency = key.currency.clone();
+    let remaining = Cents((key.cap.0 - key.committed().0).max(0));
+    view! {
+        <section class="panel utilization" aria-labelledby="utilization-heading">
+            <h2 id="utilization-heading">"Cap utilization"</h2>
+            <UtilizationMeter key=key.clone() large=true/>
+            <dl class="facts facts-money">
+                <div><dt>"Spent"</dt><dd><Amount cents=key.spent currency=currency.clone()/></dd></div>
+                <div><dt>"Reserved (in flight)"</dt><dd><Amount cents=key.reserved currency=currency.clone()/></dd></div>
+                <div><dt>"Remaining under the cap"</dt><dd><Amount cents=remaining currency=currency.clone()/></dd></div>
+                <div><dt>"Cap"</dt><dd><Amount cents=key.cap currency=currency.clone()/></dd></div>
+                <div><dt>"Expected total"</dt><dd><Amount cents=key.expected_total currency=currency.clone()/></dd></div>
+            </dl>
+        </section>
+    }
+    .into_any()
+}
+
+#[component]
+fn SpendPanel(detail: KeyDetail) -> impl IntoView {
+    let key = detail.key;
+    let currency = key.currency.clone();
+    view! {
+        <section class="panel" aria-labelledby="chart-heading">
+            <h2 id="chart-heading">"Spend over time"</h2>
+            <figure class="chart">
+                <div class="chart-svg" inner_html=detail.spend_chart_svg></div>
+                <figcaption class="legend">
+                    <span class="swatch swatch-spent"></span>"Spent (cumulative)"
+                    <span class="swatch swatch-cap"></span>{format!("Cap {} {currency}", key.cap.format(&currency))}
+                    <span class="swatch swatch-expected"></span>{format!("Expected {} {currency}", key.expected_total.format(&currency))}
+                </figcaption>
+            </figure>
+        </section>
+    }
+    .into_any()
+}
+
+#[component]
+fn KeyAlerts(detail: KeyDetail) -> impl IntoView {
+    view! {
+        <section class="panel" aria-labelledby="alerts-heading">
+            <h2 id="alerts-heading">"Alerts"</h2>
+            {if detail.alerts.is_empty() {
+                view! { <p class="hint">"No alerts for this key."</p> }.into_any()
+            } else {
+                view! {
+                    <ul class="plain-list">
+                        {detail.alerts.iter().map(|alert| view! {
+                            <li>
+                                <span class=format!("status status-alert-{}", alert.state)>{alert.state.clone()}</span>
+                                " " <strong>{alert.kind_label()}</strong> " · " {alert.describe()}
+                                " · " <span class="hint">{utc(alert.raised_at)}</span>
+                            </li>
+                        }).collect_view()}
+                    </ul>
+                    <p><a href="/alerts?state=all">"All alerts"</a></p>
+                }.into_any()
+            }}
+        </section>
+    }
+    .into_any()
+}
+
+#[component]
+fn KeyFacts(detail: KeyDetail) -> impl IntoView {
+    let key = &detail.key;
+    let thresholds = key
+        .thresholds_pct
+        .iter()
+        .map(|t| format!("{t} %"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let created = format!(
+        "{}{}",
+        utc(detail.created_at),
+        detail
+            .created_by
+            .as_ref()
+            .map(|who| format!(" by {who}"))
+            .unwrap_or_default()
+    );
+    let bps = detail.buffer_bps;
+    let buffer = if bps % 100 == 0 {
+        format!("{} %", bps / 100)
+    } else {
+        format!("{}.{:02} %", bps / 100, bps % 100)
+    };
+    view! {
+        <dl class="facts">
+            <div><dt>"Key prefix"</dt><dd><code>{format!("{}…", key.secret_prefix)}</code></dd></div>
+            <div><dt>"Billing period"</dt><dd>{key.billing_period.clone()}</dd></div>
+            <div><dt>"Buffer over expected"</dt><dd>{buffer}</dd></div>
+            <div><dt>"Alert thresholds"</dt><dd>{thresholds}</dd></div>
+            <div><dt>"Expires"</dt><dd>{utc(key.expires_at)}</dd></div>
+            <div><dt>"Created"</dt><dd>{created}</dd></div>
+            <div><dt>"Allowed endpoints"</dt><dd>
+                <ul class="plain-list">{detail.allowed_endpoints.iter().map(|e| view! { <li><code>{e.clone()}</code></li> }).collect_view()}</ul>
+            </dd></div>
+            {detail.revoked_at.map(|at| view! {
+                <div><dt>"Revoked"</dt><dd>
+                    {format!("{}{}", utc(at), detail.revoked_by.as_ref().map(|who| format!(" by {who}")).unwrap_or_default())}
+                    <div class="hint">{format!("Reason: {}", detail.revoke_reason.clone().unwrap_or_default())}</div>
+                </dd></div>
+            })}
+        </dl>
+    }
+}
+
+#[component]
+fn CallCounts(detail: KeyDetail) -> impl IntoView {
+    if detail.calls.is_empty() {
+        return view! { <p class="hint">"No calls through the proxy with this key yet."</p> }
+            .into_any();
+    }
+    let total: i64 = detail.calls.iter().map(|c| c.calls).sum();
+    view! {
+        <table class="data compact">
+            <thead><tr><th scope="col">"Decision"</th><th scope="col" class="num">"Calls"</th></tr></thead>
+            <tbody>
+                {detail.calls.into_iter().map(|c| view! {
+                    <tr class=c.decision.is_refusal().then_some("refused")>
+                        <td>{c.decision.label()}</td>
+                        <td class="num">{crate::domain::group_thousands(c.calls.unsigned_abs())}</td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+            <tfoot><tr><th scope="row">"All calls"</th><td class="num">{crate::domain::group_thousands(total.unsigned_abs())}</td></tr></tfoot>
+        </table>
+    }
+    .into_any()
+}
+
+#[component]
+fn LatestCalls(detail: KeyDetail) -> impl IntoView {
+    if detail.latest_calls.is_empty() {
+        return view! { <p class="hint">"No calls yet. Calls appear here as soon as the billing job uses the key."</p> }.into_any();
+    }
+    let currency = detail.key.currency.clone();
+    view! {
+        <table class="data">
+            <thead>
+                <tr>
+                    <th scope="col">"Time (UTC)"</th>
+                    <th scope="col">"Call"</th>
+                    <th scope="col">"Customer"</th>
+                    <th scope="col" class="num">"Amount"</th>
+                    <th scope="col">"Decision"</th>
+                    <th scope="col" class="num">"Stripe status"</th>
+                    <th scope="col">"Stripe object"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {detail.latest_calls.into_iter().map(|call| view! {
+                    <tr class=call.decision.is_refusal().then_some("refused")>
+                        <td class="nowrap">{call.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+                        <td class="nowrap"><code>{format!("{} {}", call.method, call.path)}</code></td>
+                        <td>{call.customer.clone().unwrap_or_default()}</td>
+                        <td class="num">{call.amount.map(|cents| view! { <Amount cents currency=currency.clone()/> })}</td>
+                        <td>{call.decision.label()}</td>
+                        <td class="num">{call.upstream_status.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td>
+                        <td class="nowrap"><code>{call.stripe_object_id.clone().unwrap_or_default()}</code></td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
+}
+
+/// Revoking needs a reason and an explicit confirmation; the server checks
+/// both, so the form works the same without JavaScript.
+#[component]
+fn RevokeForm(id: i64, label: String) -> impl IntoView {
+    view! {
+        <section class="panel panel-danger" aria-labelledby="revoke-heading">
+            <h2 id="revoke-heading">"Revoke this key"</h2>
+            <p>"The proxy refuses every call with this key from the next one on. This cannot be undone: the billing job needs a new key."</p>
+            <form method="post" action=format!("/keys/{id}/revoke") class="stacked">
+                <div class="field">
+                    <label for="revoke-reason">"Reason (recorded in the action log)"</label>
+                    <textarea id="revoke-reason" name="reason" rows="2" maxlength="2000" required></textarea>
+                </div>
+                <div class="field field-check">
+                    <input id="revoke-confirm" name="confirm" type="checkbox" value="yes" required/>
+                    <label for="revoke-confirm">{format!("Yes, revoke {label} now")}</label>
+                </div>
+                <button type="submit" class="button button-danger">"Revoke key"</button>
+            </form>
+        </section>
+    }
+}
