@@ -1,7 +1,8 @@
 //! `vaultcap demo`: realistic data to try the console with — three billing
 //! periods (the current month and the two before it) of a subscription
-//! business with usage charges, the ledger its billing job wrote, and the
-//! vault keys those runs used. Safe to run twice: rows that exist are kept.
+//! business with usage charges, the ledger its billing job wrote, the vault
+//! keys those runs used and the calls the proxy audited for them. Safe to
+//! run twice: rows that exist are kept.
 
 use app::{
     domain::BillingPeriod,
@@ -18,13 +19,23 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1200, value_parser = clap::value_parser!(i32).range(1..=1_000_000))]
     customers: i32,
 
+    /// Also generate this many audit rows over the keys (scale data for
+    /// benchmarks; the keys' spent totals are left as they are).
+    #[arg(long, default_value_t = 0)]
+    audit_rows: u64,
+
     #[command(flatten)]
     database: DatabaseArgs,
 }
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let db = Database::open(&args.database).await?;
-    let result = fill(&db, args.customers).await;
+    let mut result = fill(&db, args.customers).await;
+    if result.is_ok() && args.audit_rows > 0 {
+        result = super::audit_rows::generate(&db.pool, args.audit_rows)
+            .await
+            .map(|rows| println!("Generated {rows} audit rows."));
+    }
     db.close().await?;
     result
 }
@@ -41,6 +52,7 @@ async fn fill(db: &Database, customers: i32) -> anyhow::Result<()> {
         println!("{period}: {records} new billing records");
     }
     insert_extra_keys(&mut tx, current).await?;
+    insert_calls(&mut tx, current).await?;
     insert_alerts(&mut tx, current).await?;
     actions::record(
         &mut *tx,
@@ -78,16 +90,19 @@ async fn insert_billing_records(
                 CASE WHEN declined THEN NULL ELSE 'ch_demo_' || left(md5($1 || n), 20) END,
                 {AMOUNT_SQL}, 'usd',
                 CASE WHEN declined THEN 'card_declined' ELSE 'charged' END,
-                $2::timestamptz + make_interval(secs => n * 60)
+                $2::timestamptz + $5::interval * n / ($3 * $4 / 100)
          FROM generate_series(1, $3 * $4 / 100) AS n,
               LATERAL (SELECT abs(hashtext($1 || ':card:' || n)) % 100 < 2 AS declined) AS card
          ON CONFLICT (customer_id, billing_period) DO NOTHING"
     );
+    // The run charges customers one after the other, until now at most.
+    let run = period.ends_at().min(chrono::Utc::now()) - period.starts_at();
     let done = sqlx::query(&sql)
         .bind(period.to_string())
         .bind(period.starts_at())
         .bind(customers)
         .bind(billed_share)
+        .bind(run)
         .execute(&mut **tx)
         .await?;
     Ok(done.rows_affected())
@@ -156,6 +171,63 @@ async fn insert_extra_keys(
     .bind(period.to_string())
     .bind(period.ends_at())
     .bind(period.starts_at())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The calls the proxy audited for the keys above: one charge per billing
+/// record of a run (declined cards answered 402 by Stripe), a few retries
+/// the proxy recognised as replays, and the enterprise key's charges with
+/// the calls it refused at its cap. Skipped for keys that have calls.
+async fn insert_calls(
+    tx: &mut Transaction<'_, Postgres>,
+    period: BillingPeriod,
+) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO audit_log (at, request_id, vault_key_id, key_prefix, method, path, stripe_customer,
+             metadata_customer_id, metadata_billing_period, billing_period, amount_cents, currency,
+             idempotency_key, decision, upstream_status, stripe_object_id, error_code, latency_ms)
+         SELECT br.created_at, gen_random_uuid(), k.id, k.secret_prefix, 'POST', '/v1/charges',
+                br.stripe_customer_id, br.customer_id, br.billing_period, br.billing_period,
+                br.amount_cents, br.currency, 'bill-' || br.customer_id || '-' || br.billing_period,
+                decision, status, object_id, error_code, 180 + abs(hashtext(br.customer_id)) % 400
+         FROM billing_records br
+         JOIN vault_keys k ON k.label = 'billing-run-' || br.billing_period
+         CROSS JOIN LATERAL (VALUES
+             ('allowed', CASE WHEN br.status = 'charged' THEN 200 ELSE 402 END,
+              br.charge_id, CASE WHEN br.status = 'charged' THEN NULL ELSE 'card_declined' END),
+             -- Every 97th message was delivered twice: the retry replays.
+             ('replay', 200, br.charge_id, NULL)
+         ) AS call(decision, status, object_id, error_code)
+         WHERE (call.decision = 'allowed' OR (br.status = 'charged' AND br.id % 97 = 0))
+           AND NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.vault_key_id = k.id)
+         ORDER BY br.created_at",
+    )
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO audit_log (at, request_id, vault_key_id, key_prefix, method, path, stripe_customer,
+             metadata_customer_id, billing_period, amount_cents, currency, idempotency_key, decision,
+             upstream_status, stripe_object_id, error_code, latency_ms)
+         SELECT $2::timestamptz + ($3::timestamptz - $2::timestamptz) * n / 44,
+                gen_random_uuid(), k.id, k.secret_prefix, 'POST', '/v1/payment_intents',
+                format('cus_eu%s', lpad(n::text, 4, '0')), format('eu_%s', lpad(n::text, 4, '0')), $1,
+                CASE WHEN n <= 40 THEN k.spent_cents / 40 + CASE WHEN n = 40 THEN k.spent_cents % 40 ELSE 0 END
+                     ELSE 190000 END,
+                k.currency, format('eu-%s-%s', $1, n),
+                CASE WHEN n <= 40 THEN 'allowed' ELSE 'refused_cap' END,
+                CASE WHEN n <= 40 THEN 200 END,
+                CASE WHEN n <= 40 THEN 'pi_demo_' || left(md5($1 || n), 20) END,
+                CASE WHEN n > 40 THEN 'spend_cap_exceeded' END,
+                CASE WHEN n <= 40 THEN 250 ELSE 3 END
+         FROM vault_keys k, generate_series(1, 43) AS n
+         WHERE k.label = 'eu-enterprise-' || $1
+           AND NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.vault_key_id = k.id)",
+    )
+    .bind(period.to_string())
+    .bind(period.starts_at())
+    .bind(chrono::Utc::now())
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -2,6 +2,7 @@
 //! PostgreSQL cluster made for the run and removed after it.
 
 pub mod cap;
+mod console;
 mod proxy;
 
 use std::{os::unix::fs::PermissionsExt, path::Path, process::Stdio};
@@ -29,12 +30,16 @@ pub enum BenchCommand {
     /// The cap under load: concurrent charges at one key, with the proxy
     /// killed (SIGKILL) and restarted mid-run.
     Cap(cap::CapBenchArgs),
+    /// Server time to render the overview, keys list and a key's page with
+    /// many keys and a large audit log.
+    Console(console::ConsoleBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Cap(args) => cap::run(args).await,
+        BenchCommand::Console(args) => console::run(args).await,
     }
 }
 
