@@ -7,6 +7,10 @@ const port = process.env.E2E_PORT || '3901';
 const dataDir = process.env.E2E_DATA_DIR;
 if (!dataDir) throw new Error('E2E_DATA_DIR is not set: run the browser tests through scripts/test');
 const baseURL = `http://127.0.0.1:${port}`;
+// localstripe (the Stripe the proxy forwards to) and a webhook receiver (the
+// alert notifications' destination), on ports scripts/test picked.
+const stripePort = process.env.E2E_STRIPE_PORT || '3902';
+const hookPort = process.env.E2E_HOOK_PORT || '3903';
 
 module.exports = defineConfig({
   testDir: './tests',
@@ -33,12 +37,30 @@ module.exports = defineConfig({
     { name: 'no-js', use: { javaScriptEnabled: false } },
     { name: 'hydrated', use: { javaScriptEnabled: true } },
   ],
-  webServer: {
-    command: `../target/debug/vaultcap serve --addr 127.0.0.1:${port} --site-root ../target/site --data-dir ${dataDir}`,
-    url: `${baseURL}/healthz`,
-    reuseExistingServer: false,
-    stdout: 'pipe',
-    stderr: 'pipe',
-    timeout: 60_000,
-  },
+  webServer: [
+    {
+      command: `../target/pyenv/bin/python sdk/localstripe_launcher.py --port ${stripePort}`,
+      url: `http://127.0.0.1:${stripePort}/v1/charges`,
+      reuseExistingServer: false,
+      timeout: 60_000,
+    },
+    {
+      command: `node webhook_receiver.js ${hookPort}`,
+      url: `http://127.0.0.1:${hookPort}/deliveries`,
+      reuseExistingServer: false,
+    },
+    {
+      command: `../target/debug/vaultcap serve --addr 127.0.0.1:${port} --site-root ../target/site --data-dir ${dataDir}`,
+      url: `${baseURL}/healthz`,
+      env: {
+        STRIPE_API_BASE: `http://127.0.0.1:${stripePort}`,
+        STRIPE_SECRET_KEY: 'sk_test_vaultcap_upstream',
+        VAULTCAP_ALERT_WEBHOOKS: `http://127.0.0.1:${hookPort}/slack`,
+      },
+      reuseExistingServer: false,
+      stdout: 'pipe',
+      stderr: 'pipe',
+      timeout: 60_000,
+    },
+  ],
 });

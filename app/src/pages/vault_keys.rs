@@ -146,7 +146,7 @@ fn KeyResults(list: KeyList, query: KeyQuery) -> impl IntoView {
         if list.matching == 1 { "key" } else { "keys" }
     );
     view! {
-        <p class="result-count" role="status">{shown}</p>
+        <p class="result-count">{shown}</p>
         <table class="data keys">
             <thead>
                 <tr>
