@@ -68,6 +68,7 @@ fn spend_charts(
     };
     let first = period.starts_at().date_naive();
     let last = (period.ends_at() - chrono::Duration::days(1)).date_naive();
+    let today = chrono::Utc::now().date_naive();
     let mut currencies: Vec<&str> = keys.iter().map(|k| k.currency.as_str()).collect();
     currencies.sort_unstable();
     currencies.dedup();
@@ -99,7 +100,7 @@ fn spend_charts(
                 })
                 .collect();
             Ok(SpendChart {
-                svg: charts::daily_spend(&series, first, last, &currency),
+                svg: charts::daily_spend(&series, first, last, today, &currency),
                 currency,
                 legend,
             })

@@ -72,13 +72,17 @@ pub fn cumulative_spend(
         },
         &|v: &f64| axis_amount(*v),
         &[
-            (vec![(0.0, major(cap.0)), (x_end, major(cap.0))], CAP, true),
+            (
+                vec![(0.0, major(cap.0)), (x_end, major(cap.0))],
+                CAP,
+                Stroke::Dashed,
+            ),
             (
                 vec![(0.0, major(expected.0)), (x_end, major(expected.0))],
                 EXPECTED,
-                true,
+                Stroke::Dashed,
             ),
-            (points, SPENT, false),
+            (points, SPENT, Stroke::Solid),
         ],
     );
     with_title(
@@ -87,24 +91,27 @@ pub fn cumulative_spend(
     )
 }
 
-/// Daily spend per series over the days `first..=last`; each series lists
-/// (day, spent) for the days it spent anything.
+/// Daily spend per series on an axis of the days `first..=last`, drawn up
+/// to `through` (today: days to come are not zero, they are unknown); each
+/// series lists (day, spent) for the days it spent anything.
 pub fn daily_spend(
     series: &[Vec<(NaiveDate, Cents)>],
     first: NaiveDate,
     last: NaiveDate,
+    through: NaiveDate,
     currency: &Currency,
 ) -> String {
     let scale = 10f64.powi(currency.exponent() as i32);
     let days = (last - first).num_days().max(1) as f64;
     let day_of = |d: NaiveDate| (d - first).num_days() as f64;
     let top = series.iter().flatten().map(|(_, c)| c.0).max().unwrap_or(0) as f64 / scale;
-    let lines: Vec<(Vec<(f64, f64)>, RGBColor, bool)> = series
+    let lines: Vec<Line> = series
         .iter()
         .zip(SERIES.iter().cycle())
         .map(|(points, colour)| {
-            // Every day of the period, zero where nothing was spent.
-            let mut spent = vec![0.0; days as usize + 1];
+            // Every day so far, zero where nothing was spent.
+            let drawn = (through.min(last) - first).num_days().max(0) as usize + 1;
+            let mut spent = vec![0.0; drawn];
             for (day, c) in points {
                 if let Some(slot) = spent.get_mut(day_of(*day) as usize) {
                     *slot += c.0 as f64 / scale;
@@ -115,7 +122,7 @@ pub fn daily_spend(
                 .enumerate()
                 .map(|(d, v)| (d as f64, v))
                 .collect();
-            (line, *colour, false)
+            (line, *colour, Stroke::Marked)
         })
         .collect();
     let svg = draw_lines(
@@ -131,14 +138,25 @@ pub fn daily_spend(
     with_title(svg, "Daily spend per key")
 }
 
+#[derive(Clone, Copy)]
+enum Stroke {
+    Solid,
+    Dashed,
+    /// Solid with a dot at each point, so a single day still shows.
+    Marked,
+}
+
+/// A series: its points, colour and stroke.
+type Line = (Vec<(f64, f64)>, RGBColor, Stroke);
+
 /// An SVG with axes from the origin to `(x_end, y_end)` and the given
-/// lines (points, colour, dashed). Drawing into a string cannot fail but
+/// lines. Drawing into a string cannot fail but
 /// for a bug; the chart is then left as far as it got.
 fn draw_lines(
     (x_end, y_end): (f64, f64),
     x_label: &dyn Fn(&f64) -> String,
     y_label: &dyn Fn(&f64) -> String,
-    lines: &[(Vec<(f64, f64)>, RGBColor, bool)],
+    lines: &[Line],
 ) -> String {
     let mut svg = String::new();
     {
@@ -157,12 +175,13 @@ fn draw(
     (x_end, y_end): (f64, f64),
     x_label: &dyn Fn(&f64) -> String,
     y_label: &dyn Fn(&f64) -> String,
-    lines: &[(Vec<(f64, f64)>, RGBColor, bool)],
+    lines: &[Line],
 ) -> Result<(), String> {
     let failed = |err: DrawingAreaErrorKind<_>| err.to_string();
     root.fill(&WHITE).map_err(failed)?;
     let mut chart = ChartBuilder::on(root)
         .margin(12)
+        .margin_right(32)
         .x_label_area_size(28)
         .y_label_area_size(84)
         .build_cartesian_2d(0f64..x_end, 0f64..y_end)
@@ -181,17 +200,24 @@ fn draw(
         .y_label_formatter(y_label)
         .draw()
         .map_err(failed)?;
-    for (points, colour, dashed) in lines {
-        let style = colour.stroke_width(if *dashed { 1 } else { 2 });
-        if *dashed {
-            chart
-                .draw_series(DashedLineSeries::new(points.iter().copied(), 6, 4, style))
-                .map_err(failed)?;
-        } else {
-            chart
-                .draw_series(LineSeries::new(points.iter().copied(), style))
-                .map_err(failed)?;
+    for (points, colour, stroke) in lines {
+        let points = points.iter().copied();
+        match stroke {
+            Stroke::Dashed => chart
+                .draw_series(DashedLineSeries::new(points, 6, 4, colour.stroke_width(1)))
+                .map(drop),
+            Stroke::Solid => chart
+                .draw_series(LineSeries::new(points, colour.stroke_width(2)))
+                .map(drop),
+            Stroke::Marked => {
+                let line = LineSeries::new(points.clone(), colour.stroke_width(2));
+                chart.draw_series(line).map_err(failed)?;
+                chart
+                    .draw_series(points.map(|p| Circle::new(p, 3, colour.filled())))
+                    .map(drop)
+            }
         }
+        .map_err(failed)?;
     }
     root.present().map_err(failed)?;
     Ok(())

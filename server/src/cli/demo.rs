@@ -90,13 +90,13 @@ async fn insert_billing_records(
                 CASE WHEN declined THEN NULL ELSE 'ch_demo_' || left(md5($1 || n), 20) END,
                 {AMOUNT_SQL}, 'usd',
                 CASE WHEN declined THEN 'card_declined' ELSE 'charged' END,
-                $2::timestamptz + $5::interval * n / ($3 * $4 / 100)
+                $2::timestamptz + make_interval(secs => $5 * n / ($3 * $4 / 100))
          FROM generate_series(1, $3 * $4 / 100) AS n,
               LATERAL (SELECT abs(hashtext($1 || ':card:' || n)) % 100 < 2 AS declined) AS card
          ON CONFLICT (customer_id, billing_period) DO NOTHING"
     );
     // The run charges customers one after the other, until now at most.
-    let run = period.ends_at().min(chrono::Utc::now()) - period.starts_at();
+    let run = (period.ends_at().min(chrono::Utc::now()) - period.starts_at()).num_seconds() as f64;
     let done = sqlx::query(&sql)
         .bind(period.to_string())
         .bind(period.starts_at())
@@ -164,7 +164,8 @@ async fn insert_extra_keys(
              ('eu-enterprise-' || $1, 'eur', 1850000::bigint, 2035000::bigint, 1840500::bigint, 52000::bigint,
               NULL::timestamptz, NULL::text),
              ('usage-backfill-' || $1, 'usd', 420000, 462000, 12500, 0,
-              $3::timestamptz + interval '3 days', 'Replaced: the backfill was re-planned with corrected totals')
+              LEAST($3::timestamptz + interval '3 days', now() - interval '1 hour'),
+              'Replaced: the backfill was re-planned with corrected totals')
          ) AS extra(label, currency, expected, cap, spent, reserved, revoked_at, revoke_reason)
          WHERE NOT EXISTS (SELECT 1 FROM vault_keys k WHERE k.label = extra.label)",
     )
@@ -191,7 +192,8 @@ async fn insert_calls(
          SELECT br.created_at, gen_random_uuid(), k.id, k.secret_prefix, 'POST', '/v1/charges',
                 br.stripe_customer_id, br.customer_id, br.billing_period, br.billing_period,
                 br.amount_cents, br.currency, 'bill-' || br.customer_id || '-' || br.billing_period,
-                decision, status, object_id, error_code, 180 + abs(hashtext(br.customer_id)) % 400
+                call.decision, call.status, call.object_id, call.error_code,
+                180 + abs(hashtext(br.customer_id)) % 400
          FROM billing_records br
          JOIN vault_keys k ON k.label = 'billing-run-' || br.billing_period
          CROSS JOIN LATERAL (VALUES
@@ -206,28 +208,30 @@ async fn insert_calls(
     )
     .execute(&mut **tx)
     .await?;
+    // The extra keys: 40 payment intents adding up to what each spent, then
+    // (for the key near its cap) three refused at the cap.
     sqlx::query(
         "INSERT INTO audit_log (at, request_id, vault_key_id, key_prefix, method, path, stripe_customer,
              metadata_customer_id, billing_period, amount_cents, currency, idempotency_key, decision,
              upstream_status, stripe_object_id, error_code, latency_ms)
-         SELECT $2::timestamptz + ($3::timestamptz - $2::timestamptz) * n / 44,
+         SELECT $2::timestamptz + (LEAST(now(), k.revoked_at) - $2::timestamptz) * n / 44,
                 gen_random_uuid(), k.id, k.secret_prefix, 'POST', '/v1/payment_intents',
-                format('cus_eu%s', lpad(n::text, 4, '0')), format('eu_%s', lpad(n::text, 4, '0')), $1,
+                format('cus_x%s', lpad(n::text, 4, '0')), format('x_%s', lpad(n::text, 4, '0')), $1,
                 CASE WHEN n <= 40 THEN k.spent_cents / 40 + CASE WHEN n = 40 THEN k.spent_cents % 40 ELSE 0 END
                      ELSE 190000 END,
-                k.currency, format('eu-%s-%s', $1, n),
+                k.currency, format('%s-%s', k.label, n),
                 CASE WHEN n <= 40 THEN 'allowed' ELSE 'refused_cap' END,
                 CASE WHEN n <= 40 THEN 200 END,
-                CASE WHEN n <= 40 THEN 'pi_demo_' || left(md5($1 || n), 20) END,
+                CASE WHEN n <= 40 THEN 'pi_demo_' || left(md5(k.label || n), 20) END,
                 CASE WHEN n > 40 THEN 'spend_cap_exceeded' END,
                 CASE WHEN n <= 40 THEN 250 ELSE 3 END
          FROM vault_keys k, generate_series(1, 43) AS n
-         WHERE k.label = 'eu-enterprise-' || $1
+         WHERE k.label IN ('eu-enterprise-' || $1, 'usage-backfill-' || $1)
+           AND (n <= 40 OR k.revoked_at IS NULL)
            AND NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.vault_key_id = k.id)",
     )
     .bind(period.to_string())
     .bind(period.starts_at())
-    .bind(chrono::Utc::now())
     .execute(&mut **tx)
     .await?;
     Ok(())
