@@ -63,6 +63,11 @@ impl BenchDatabase {
             .connect_with(pg.connect_options(DATABASE))
             .await?;
         crate::db::MIGRATOR.run(&pool).await?;
+        // Loading millions of rows: fewer checkpoints on the way.
+        sqlx::query("ALTER SYSTEM SET max_wal_size = '4GB'")
+            .execute(&pool)
+            .await?;
+        sqlx::query("SELECT pg_reload_conf()").execute(&pool).await?;
         Ok(Self { dir, pg, pool })
     }
 
