@@ -50,7 +50,9 @@ async fn insert(pool: &PgPool, keys: &[i64], per_key: u64) -> anyhow::Result<u64
     let mut conn = pool.acquire().await?;
     // Scale data, not money: no need to wait for each commit's flush, and
     // compiling this one-off statement (JIT) costs more than it saves.
-    sqlx::query("SET synchronous_commit = off").execute(&mut *conn).await?;
+    sqlx::query("SET synchronous_commit = off")
+        .execute(&mut *conn)
+        .await?;
     sqlx::query("SET jit = off").execute(&mut *conn).await?;
     let done = sqlx::query(INSERT_SQL)
         .bind(keys)

@@ -67,7 +67,9 @@ impl BenchDatabase {
         sqlx::query("ALTER SYSTEM SET max_wal_size = '4GB'")
             .execute(&pool)
             .await?;
-        sqlx::query("SELECT pg_reload_conf()").execute(&pool).await?;
+        sqlx::query("SELECT pg_reload_conf()")
+            .execute(&pool)
+            .await?;
         Ok(Self { dir, pg, pool })
     }
 
