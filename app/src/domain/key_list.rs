@@ -212,7 +212,7 @@ impl KeyQuery {
 }
 
 /// Percent-encodes everything but unreserved characters (RFC 3986).
-fn encode(value: &str) -> String {
+pub(super) fn encode(value: &str) -> String {
     value
         .bytes()
         .map(|b| match b {

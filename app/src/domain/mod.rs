@@ -2,6 +2,7 @@
 //! impossible to misuse after; no I/O here.
 
 mod alert;
+mod audit_query;
 mod decision;
 mod email;
 mod endpoint;
@@ -12,6 +13,10 @@ mod period;
 mod role;
 
 pub use alert::{Alert, AlertState, AlertsView};
+pub use audit_query::{
+    AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, Cursor, DecisionFilter,
+    Position, AUDIT_PAGE_SIZES, DEFAULT_AUDIT_PAGE_SIZE,
+};
 pub use decision::Decision;
 pub use email::Email;
 pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};

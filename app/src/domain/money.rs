@@ -78,6 +78,24 @@ impl Cents {
         }
     }
 
+    /// `1234.50`: the amount in the currency's major unit without grouping,
+    /// as files for machines want it.
+    pub fn decimal(self, currency: &Currency) -> String {
+        let exponent = currency.exponent();
+        let divisor = 10u64.pow(exponent);
+        let magnitude = self.0.unsigned_abs();
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let whole = magnitude / divisor;
+        match exponent {
+            0 => format!("{sign}{whole}"),
+            width => format!(
+                "{sign}{whole}.{:0width$}",
+                magnitude % divisor,
+                width = width as usize
+            ),
+        }
+    }
+
     /// Utilization of `self` against `cap` in whole percent, rounded down so
     /// that 89.99 % never shows as 90 %.
     pub fn percent_of(self, cap: Cents) -> i64 {

@@ -1,24 +1,190 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{RequireRole, Upcoming},
-    domain::Role,
+    components::{Amount, ErrorPanel, RequireRole},
+    domain::{AuditCall, AuditPage, AuditQuery, Decision, Role, AUDIT_PAGE_SIZES},
+    server_fns::list_audit,
 };
 
+/// Every call through the proxy, newest first: filters in a GET form (a
+/// link reproduces the view), keyset pages, and the CSV of exactly the
+/// filtered set.
 #[component]
 pub fn AuditLogPage() -> impl IntoView {
+    let params = use_query_map();
+    let query = move || {
+        params.with(|q| AuditQuery {
+            from: q.get("from"),
+            to: q.get("to"),
+            key: q.get("key"),
+            period: q.get("period"),
+            customer: q.get("customer"),
+            customer_id: q.get("customer_id"),
+            endpoint: q.get("endpoint"),
+            decision: q.get("decision"),
+            status: q.get("status"),
+            min_amount: q.get("min_amount"),
+            max_amount: q.get("max_amount"),
+            idempotency_key: q.get("idempotency_key"),
+            object: q.get("object"),
+            limit: q.get("limit"),
+            after: q.get("after"),
+            before: q.get("before"),
+        })
+    };
+    let page = Resource::new(query, list_audit);
     view! {
         <Title text="Audit log"/>
         <RequireRole role=Role::Viewer>
-            <h1>"Audit log"</h1>
-            <Upcoming>
-                <p>
-                    "Every call through the spend-cap proxy will be listed here, refusals included: "
-                    "filter by key, customer, decision, time or idempotency key, open one call, and "
-                    "export exactly the filtered set as CSV."
-                </p>
-            </Upcoming>
+            <div class="page-head">
+                <h1>"Audit log"</h1>
+            </div>
+            <Suspense>
+                {move || Suspend::new(async move {
+                    let query = query();
+                    match page.await {
+                        Ok(page) => view! {
+                            <AuditFilters query=query.clone()/>
+                            <AuditResults page query/>
+                        }.into_any(),
+                        Err(error) => view! {
+                            <AuditFilters query/>
+                            <ErrorPanel error/>
+                        }.into_any(),
+                    }
+                })}
+            </Suspense>
         </RequireRole>
+    }
+}
+
+#[component]
+fn AuditFilters(query: AuditQuery) -> impl IntoView {
+    let value = |v: &Option<String>| v.clone().unwrap_or_default();
+    let decision = value(&query.decision);
+    let limit = query
+        .limit
+        .clone()
+        .unwrap_or_else(|| crate::domain::DEFAULT_AUDIT_PAGE_SIZE.to_string());
+    let text = |id: &'static str, label: &'static str, current: String, hint: &'static str| {
+        view! {
+            <div class="field">
+                <label for=format!("audit-{id}")>{label}</label>
+                <input id=format!("audit-{id}") name=id type="text" maxlength="200" value=current placeholder=hint/>
+            </div>
+        }
+    };
+    view! {
+        <form class="filters audit-filters" method="get" action="/audit" role="search" aria-label="Filter the audit log">
+            {text("from", "From (UTC)", value(&query.from), "2026-11-30 or 2026-11-30T14:00")}
+            {text("to", "To (UTC)", value(&query.to), "2026-11-30")}
+            {text("customer_id", "Customer (metadata)", value(&query.customer_id), "cust_000123")}
+            {text("customer", "Stripe customer", value(&query.customer), "cus_…")}
+            <div class="field">
+                <label for="audit-decision">"Decision"</label>
+                <select id="audit-decision" name="decision">
+                    <option value="" selected=decision.is_empty()>"Any decision"</option>
+                    <option value="refused" selected=decision == "refused">"Any refusal"</option>
+                    {Decision::ALL.into_iter().map(|d| view! {
+                        <option value=d.as_str() selected=decision == d.as_str()>{d.label()}</option>
+                    }).collect_view()}
+                </select>
+            </div>
+            {text("key", "Vault key id", value(&query.key), "12")}
+            {text("period", "Billing period", value(&query.period), "2026-11")}
+            {text("endpoint", "Endpoint path", value(&query.endpoint), "/v1/charges")}
+            {text("status", "Stripe status", value(&query.status), "402")}
+            {text("min_amount", "Amount from", value(&query.min_amount), "100.00")}
+            {text("max_amount", "Amount to", value(&query.max_amount), "5,000.00")}
+            {text("idempotency_key", "Idempotency key", value(&query.idempotency_key), "")}
+            {text("object", "Stripe object", value(&query.object), "ch_… or pi_…")}
+            <div class="field">
+                <label for="audit-limit">"Per page"</label>
+                <select id="audit-limit" name="limit">
+                    {AUDIT_PAGE_SIZES.into_iter().map(|n| {
+                        let n = n.to_string();
+                        view! { <option value=n.clone() selected=n == limit>{n.clone()}</option> }
+                    }).collect_view()}
+                </select>
+            </div>
+            <div class="filter-actions">
+                <button type="submit" class="button button-primary">"Apply"</button>
+                <a class="button button-quiet" href="/audit">"Clear"</a>
+            </div>
+        </form>
+    }
+}
+
+#[component]
+fn AuditResults(page: AuditPage, query: AuditQuery) -> impl IntoView {
+    let first = query.at(None);
+    let export = format!(
+        "/audit.csv{}",
+        match first.query_string() {
+            q if q.is_empty() => String::new(),
+            q => format!("?{q}"),
+        }
+    );
+    let pager = view! {
+        <nav class="pager" aria-label="Pages of calls">
+            {(query.after.is_some() || query.before.is_some()).then(|| view! { <a href=first.href("/audit")>"⇤ Newest"</a> })}
+            {page.newer.clone().map(|q| view! { <a rel="prev" href=q.href("/audit")>"← Newer"</a> })}
+            {page.older.clone().map(|q| view! { <a rel="next" href=q.href("/audit")>"Older →"</a> })}
+        </nav>
+    };
+    if page.calls.is_empty() {
+        return view! {
+            <section class="panel">
+                <p>"No calls match these filters."</p>
+                <p class="hint">"Widen the time range or clear a filter. " <a href="/audit">"Show every call"</a></p>
+            </section>
+            {pager}
+        }
+        .into_any();
+    }
+    view! {
+        <div class="table-head">
+            <p class="result-count">{format!("{} calls on this page, newest first", page.calls.len())}</p>
+            <a class="button button-quiet" href=export download>"Export CSV"</a>
+        </div>
+        <table class="data audit">
+            <thead>
+                <tr>
+                    <th scope="col">"Time (UTC)"</th>
+                    <th scope="col">"Key"</th>
+                    <th scope="col">"Call"</th>
+                    <th scope="col">"Customer"</th>
+                    <th scope="col" class="num">"Amount"</th>
+                    <th scope="col">"Decision"</th>
+                    <th scope="col" class="num">"Stripe"</th>
+                    <th scope="col">"Idempotency key"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {page.calls.into_iter().map(|call| view! { <CallRow call/> }).collect_view()}
+            </tbody>
+        </table>
+        {pager}
+    }
+    .into_any()
+}
+
+#[component]
+fn CallRow(call: AuditCall) -> impl IntoView {
+    let refused = call.decision.is_refusal().then_some("refused");
+    let amount = call.amount.zip(call.currency.clone());
+    view! {
+        <tr class=refused data-call=call.id>
+            <td class="nowrap"><a href=format!("/audit/{}", call.id)>{call.at.format("%Y-%m-%d %H:%M:%S").to_string()}</a></td>
+            <td class="nowrap">{call.key_label.clone().unwrap_or_else(|| call.key_prefix.clone().map(|p| format!("{p}… (unknown)")).unwrap_or_default())}</td>
+            <td class="nowrap"><code>{format!("{} {}", call.method, call.path)}</code></td>
+            <td>{call.metadata_customer_id.clone().or(call.stripe_customer.clone()).unwrap_or_default()}</td>
+            <td class="num">{amount.map(|(cents, currency)| view! { <Amount cents currency/> })}</td>
+            <td class="nowrap">{call.decision.label()}</td>
+            <td class="num">{call.upstream_status.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td>
+            <td class="idempotency"><code title=call.idempotency_key.clone()>{call.idempotency_key.clone().unwrap_or_default()}</code></td>
+        </tr>
     }
 }

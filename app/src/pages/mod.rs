@@ -2,6 +2,7 @@
 
 mod alerts;
 mod approvals;
+mod audit_call;
 mod audit_log;
 mod key;
 mod login;
@@ -14,6 +15,7 @@ mod vault_keys;
 
 pub use alerts::AlertsPage;
 pub use approvals::ApprovalsPage;
+pub use audit_call::AuditCallPage;
 pub use audit_log::AuditLogPage;
 pub use key::KeyPage;
 pub use login::LoginPage;

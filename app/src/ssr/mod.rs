@@ -1,6 +1,7 @@
 //! Everything that only runs on the server.
 
 pub mod accounts;
+pub mod audit_csv;
 pub mod auth;
 pub mod charts;
 pub mod data;

@@ -2,6 +2,7 @@
 //! handlers, health, and the static browser bundle.
 
 mod alerts;
+mod audit_export;
 mod auth;
 mod error;
 mod forms;
@@ -53,6 +54,7 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .route("/auth/login", post(auth::login))
         .route("/auth/logout", post(auth::logout))
         .route("/keys", post(vault_keys::create))
+        .route("/audit.csv", get(audit_export::console))
         .route("/keys/{id}/revoke", post(vault_keys::revoke))
         .route(
             "/keys/suggestion",
@@ -85,6 +87,7 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .merge(
             crate::api::keys::router()
                 .merge(crate::api::alerts::router())
+                .route("/api/audit.csv", get(audit_export::api))
                 .layer(DefaultBodyLimit::max(MAX_FORM_BODY)),
         )
         .nest_service("/pkg", ServeDir::new(pkg_dir))

@@ -6,6 +6,7 @@ mod fake_stripe;
 mod helpers;
 
 mod alerts;
+mod audit;
 mod auth;
 mod key_api;
 mod key_pages;

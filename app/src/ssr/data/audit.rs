@@ -3,7 +3,12 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::domain::{CallSummary, Cents, Decision};
+use sqlx::{PgExecutor, Postgres, QueryBuilder};
+
+use crate::domain::{
+    AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, CallSummary, Cents, Currency,
+    Cursor, Decision, DecisionFilter, Position,
+};
 
 /// Everything recorded about one call.
 /// Its fields are the audit_log columns of the same names.
@@ -31,7 +36,7 @@ pub struct AuditEntry {
 
 /// A key's latest calls, newest first (the audit log's key index).
 pub async fn latest_for_key(
-    db: impl sqlx::PgExecutor<'_>,
+    db: impl PgExecutor<'_>,
     key: i64,
     limit: i64,
 ) -> Result<Vec<CallSummary>, sqlx::Error> {
@@ -75,4 +80,225 @@ impl CallRow {
             stripe_object_id: self.stripe_object_id,
         })
     }
+}
+
+/// The columns of an [`AuditCall`], from `audit_log a` left-joined to
+/// `vault_keys k`.
+const CALL_COLUMNS: &str = "a.id, a.at, a.vault_key_id, k.label AS key_label, a.key_prefix, a.method, a.path,
+    a.stripe_customer, a.metadata_customer_id, a.billing_period, a.amount_cents, a.currency,
+    a.idempotency_key, a.decision, a.upstream_status, a.stripe_object_id, a.error_code, a.latency_ms";
+
+/// The `WHERE` clause of `filter` (never its position), for `audit_log a`.
+/// Each filter is an equality or range on an indexed column, so bad input
+/// has been refused before it could ask for a scan.
+pub fn push_filter(query: &mut QueryBuilder<'_, Postgres>, filter: &AuditFilter) {
+    query.push(" WHERE true");
+    if let Some(from) = filter.from {
+        query.push(" AND a.at >= ").push_bind(from);
+    }
+    if let Some(to) = filter.to {
+        query.push(" AND a.at < ").push_bind(to);
+    }
+    if let Some(key) = filter.key {
+        query.push(" AND a.vault_key_id = ").push_bind(key);
+    }
+    if let Some(period) = filter.period {
+        query
+            .push(" AND a.billing_period = ")
+            .push_bind(period.to_string());
+    }
+    let exact = [
+        ("a.stripe_customer", &filter.customer),
+        ("a.metadata_customer_id", &filter.customer_id),
+        ("a.path", &filter.endpoint),
+        ("a.idempotency_key", &filter.idempotency_key),
+        ("a.stripe_object_id", &filter.object),
+    ];
+    for (column, value) in exact {
+        if let Some(value) = value {
+            query
+                .push(format!(" AND {column} = "))
+                .push_bind(value.clone());
+        }
+    }
+    match filter.decision {
+        None => {}
+        Some(DecisionFilter::Exactly(decision)) => {
+            query
+                .push(" AND a.decision = ")
+                .push_bind(decision.as_str());
+        }
+        // Also states the refusals index's predicate, so it is used.
+        Some(DecisionFilter::AnyRefusal) => {
+            query.push(" AND a.decision <> 'allowed' AND a.decision LIKE 'refused%'");
+        }
+    }
+    if let Some(status) = filter.status {
+        query.push(" AND a.upstream_status = ").push_bind(status);
+    }
+    if let Some(min) = filter.min_amount {
+        query.push(" AND a.amount_cents >= ").push_bind(min.0);
+    }
+    if let Some(max) = filter.max_amount {
+        query.push(" AND a.amount_cents <= ").push_bind(max.0);
+    }
+}
+
+/// One page of calls matching `query`, newest first, and the links to the
+/// pages around it (keyset paging: never OFFSET).
+pub async fn page(
+    db: impl PgExecutor<'_>,
+    query: &AuditQuery,
+    filter: &AuditFilter,
+) -> Result<AuditPage, sqlx::Error> {
+    let mut sql = QueryBuilder::new(format!(
+        "SELECT {CALL_COLUMNS} FROM audit_log a LEFT JOIN vault_keys k ON k.id = a.vault_key_id"
+    ));
+    push_filter(&mut sql, filter);
+    let backwards = matches!(filter.cursor, Some(Cursor::Before(_)));
+    match filter.cursor {
+        None => {}
+        Some(Cursor::After(p)) => {
+            sql.push(" AND (a.at, a.id) < (")
+                .push_bind(p.at)
+                .push(", ")
+                .push_bind(p.id)
+                .push(")");
+        }
+        Some(Cursor::Before(p)) => {
+            sql.push(" AND (a.at, a.id) > (")
+                .push_bind(p.at)
+                .push(", ")
+                .push_bind(p.id)
+                .push(")");
+        }
+    }
+    let order = if backwards { "ASC" } else { "DESC" };
+    sql.push(format!(" ORDER BY a.at {order}, a.id {order} LIMIT "))
+        .push_bind(filter.limit + 1);
+    let rows: Vec<CallListRow> = sql.build_query_as().fetch_all(db).await?;
+    let more = rows.len() as i64 > filter.limit;
+    let mut calls: Vec<AuditCall> = rows
+        .into_iter()
+        .take(filter.limit as usize)
+        .filter_map(CallListRow::call)
+        .collect();
+    if backwards {
+        calls.reverse();
+    }
+    let position = |call: &AuditCall| Position {
+        at: call.at,
+        id: call.id,
+    };
+    // Going forward there are newer calls whenever we came from a page;
+    // going back there are older ones (the page we came from).
+    let (has_newer, has_older) = match filter.cursor {
+        None => (false, more),
+        Some(Cursor::After(_)) => (true, more),
+        Some(Cursor::Before(_)) => (more, true),
+    };
+    let newer = calls
+        .first()
+        .filter(|_| has_newer)
+        .map(|c| query.at(Some(Cursor::Before(position(c)))));
+    let older = calls
+        .last()
+        .filter(|_| has_older)
+        .map(|c| query.at(Some(Cursor::After(position(c)))));
+    Ok(AuditPage {
+        calls,
+        newer,
+        older,
+    })
+}
+
+/// Every call matching `filter`, newest first, for streaming out (the
+/// filter's position and page size do not apply).
+pub fn export_query(filter: &AuditFilter) -> QueryBuilder<'static, Postgres> {
+    let mut sql = QueryBuilder::new(format!(
+        "SELECT {CALL_COLUMNS} FROM audit_log a LEFT JOIN vault_keys k ON k.id = a.vault_key_id"
+    ));
+    push_filter(&mut sql, filter);
+    sql.push(" ORDER BY a.at DESC, a.id DESC");
+    sql
+}
+
+/// An audit row as [`page`] and [`export_query`] select it.
+#[derive(sqlx::FromRow)]
+pub struct CallListRow {
+    id: i64,
+    at: chrono::DateTime<chrono::Utc>,
+    vault_key_id: Option<i64>,
+    key_label: Option<String>,
+    key_prefix: Option<String>,
+    method: String,
+    path: String,
+    stripe_customer: Option<String>,
+    metadata_customer_id: Option<String>,
+    billing_period: Option<String>,
+    amount_cents: Option<i64>,
+    currency: Option<String>,
+    idempotency_key: Option<String>,
+    decision: String,
+    upstream_status: Option<i16>,
+    stripe_object_id: Option<String>,
+    error_code: Option<String>,
+    latency_ms: Option<i32>,
+}
+
+impl CallListRow {
+    /// `None` only for a decision this build does not know.
+    pub fn call(self) -> Option<AuditCall> {
+        Some(AuditCall {
+            decision: Decision::parse(&self.decision)?,
+            id: self.id,
+            at: self.at,
+            vault_key_id: self.vault_key_id,
+            key_label: self.key_label,
+            key_prefix: self.key_prefix,
+            method: self.method,
+            path: self.path,
+            stripe_customer: self.stripe_customer,
+            metadata_customer_id: self.metadata_customer_id,
+            billing_period: self.billing_period,
+            amount: self.amount_cents.map(Cents),
+            currency: self.currency.and_then(|c| Currency::parse(&c).ok()),
+            idempotency_key: self.idempotency_key,
+            upstream_status: self.upstream_status,
+            stripe_object_id: self.stripe_object_id,
+            error_code: self.error_code,
+            latency_ms: self.latency_ms,
+        })
+    }
+}
+
+/// One call with everything recorded about it.
+pub async fn find(
+    db: impl PgExecutor<'_>,
+    id: i64,
+) -> Result<Option<AuditCallDetail>, sqlx::Error> {
+    let row: Option<DetailRow> = sqlx::query_as(&format!(
+        "SELECT {CALL_COLUMNS}, a.request_id::text AS request_id, a.metadata_billing_period, a.message
+         FROM audit_log a LEFT JOIN vault_keys k ON k.id = a.vault_key_id WHERE a.id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.and_then(|row| {
+        Some(AuditCallDetail {
+            call: row.call.call()?,
+            request_id: row.request_id,
+            metadata_billing_period: row.metadata_billing_period,
+            message: row.message,
+        })
+    }))
+}
+
+#[derive(sqlx::FromRow)]
+struct DetailRow {
+    #[sqlx(flatten)]
+    call: CallListRow,
+    request_id: String,
+    metadata_billing_period: Option<String>,
+    message: Option<String>,
 }

@@ -1,0 +1,473 @@
+//! The audit log's filters, page size and position, as the URL carries them
+//! (so a link reproduces the view), and what the audit pages show.
+
+use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{BillingPeriod, Cents, Currency, Decision, ParseError};
+
+/// Page sizes offered; anything else is refused.
+pub const AUDIT_PAGE_SIZES: [i64; 4] = [25, 50, 100, 200];
+pub const DEFAULT_AUDIT_PAGE_SIZE: i64 = 50;
+/// The longest text any filter takes (ids, keys, paths are far shorter).
+const MAX_TEXT: usize = 200;
+
+/// The query string as typed; [`AuditQuery::parse`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditQuery {
+    /// UTC, `2026-11-30` or `2026-11-30T14:00` (inclusive).
+    pub from: Option<String>,
+    /// UTC; a date alone includes that whole day.
+    pub to: Option<String>,
+    pub key: Option<String>,
+    pub period: Option<String>,
+    /// Stripe's customer id (`cus_…`).
+    pub customer: Option<String>,
+    /// The billing job's `metadata[customer_id]`.
+    pub customer_id: Option<String>,
+    /// A path such as `/v1/charges`.
+    pub endpoint: Option<String>,
+    /// A decision, or `refused` for every refusal.
+    pub decision: Option<String>,
+    /// Stripe's HTTP status.
+    pub status: Option<String>,
+    /// In the currency's major unit, like `500` or `1,250.00`.
+    pub min_amount: Option<String>,
+    pub max_amount: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// A Stripe object id (`ch_…`, `pi_…`).
+    pub object: Option<String>,
+    pub limit: Option<String>,
+    /// Cursor: the page of calls older than this one.
+    pub after: Option<String>,
+    /// Cursor: the page of calls newer than this one.
+    pub before: Option<String>,
+}
+
+/// What the decision filter matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionFilter {
+    Exactly(Decision),
+    AnyRefusal,
+}
+
+/// A position in the newest-first order: a call's time and id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub at: DateTime<Utc>,
+    pub id: i64,
+}
+
+impl Position {
+    /// `<microseconds since 1970>.<id>`: nothing secret, only where to go on.
+    pub fn encode(self) -> String {
+        format!("{}.{}", self.at.timestamp_micros(), self.id)
+    }
+
+    fn decode(raw: &str) -> Option<Self> {
+        let (micros, id) = raw.split_once('.')?;
+        let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
+        let id = id.parse().ok().filter(|id| *id > 0)?;
+        Some(Self { at, id })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cursor {
+    /// Older than the position (forward, the usual way).
+    After(Position),
+    /// Newer than the position (back).
+    Before(Position),
+}
+
+/// The filters, checked: every value is the type it must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditFilter {
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    pub key: Option<i64>,
+    pub period: Option<BillingPeriod>,
+    pub customer: Option<String>,
+    pub customer_id: Option<String>,
+    pub endpoint: Option<String>,
+    pub decision: Option<DecisionFilter>,
+    pub status: Option<i16>,
+    pub min_amount: Option<Cents>,
+    pub max_amount: Option<Cents>,
+    pub idempotency_key: Option<String>,
+    pub object: Option<String>,
+    pub limit: i64,
+    pub cursor: Option<Cursor>,
+}
+
+impl AuditQuery {
+    /// Reads every filter, naming the first bad one in the message.
+    pub fn parse(&self) -> Result<AuditFilter, ParseError> {
+        let from = given(&self.from)
+            .map(|raw| moment(&raw, false))
+            .transpose()?;
+        let to = given(&self.to).map(|raw| moment(&raw, true)).transpose()?;
+        if let (Some(from), Some(to)) = (from, to) {
+            if from >= to {
+                return Err(ParseError::new("the time range ends before it starts"));
+            }
+        }
+        let key = given(&self.key)
+            .map(|raw| {
+                raw.parse::<i64>()
+                    .ok()
+                    .filter(|id| *id > 0)
+                    .ok_or_else(|| ParseError::new(format!("{raw:?} is not a vault key id")))
+            })
+            .transpose()?;
+        let period = given(&self.period)
+            .map(|raw| raw.parse::<BillingPeriod>())
+            .transpose()?;
+        let decision = given(&self.decision)
+            .map(|raw| match raw.as_str() {
+                "refused" => Ok(DecisionFilter::AnyRefusal),
+                other => Decision::parse(other).map(DecisionFilter::Exactly).ok_or_else(|| {
+                    ParseError::new(format!(
+                        "{other:?} is not a decision: use allowed, replay, outcome_unknown, refused or one refusal reason"
+                    ))
+                }),
+            })
+            .transpose()?;
+        let status = given(&self.status)
+            .map(|raw| {
+                raw.parse::<i16>()
+                    .ok()
+                    .filter(|s| (100..=599).contains(s))
+                    .ok_or_else(|| {
+                        ParseError::new(format!("{raw:?} is not an HTTP status (100 to 599)"))
+                    })
+            })
+            .transpose()?;
+        let amount = |raw: &Option<String>| {
+            given(raw)
+                .map(|raw| Cents::parse_amount(&raw, &Currency::usd()))
+                .transpose()
+        };
+        let (min_amount, max_amount) = (amount(&self.min_amount)?, amount(&self.max_amount)?);
+        if let (Some(min), Some(max)) = (min_amount, max_amount) {
+            if min > max {
+                return Err(ParseError::new(
+                    "the smallest amount is larger than the largest",
+                ));
+            }
+        }
+        let limit = match given(&self.limit) {
+            None => DEFAULT_AUDIT_PAGE_SIZE,
+            Some(raw) => raw
+                .parse::<i64>()
+                .ok()
+                .filter(|n| AUDIT_PAGE_SIZES.contains(n))
+                .ok_or_else(|| {
+                    ParseError::new(format!(
+                        "{raw:?} is not a page size: use 25, 50, 100 or 200"
+                    ))
+                })?,
+        };
+        let cursor = match (given(&self.after), given(&self.before)) {
+            (Some(_), Some(_)) => {
+                return Err(ParseError::new(
+                    "a page link has both directions: start from the first page",
+                ))
+            }
+            (Some(raw), None) => Some(Cursor::After(position(&raw)?)),
+            (None, Some(raw)) => Some(Cursor::Before(position(&raw)?)),
+            (None, None) => None,
+        };
+        Ok(AuditFilter {
+            from,
+            to,
+            key,
+            period,
+            customer: text("customer", &self.customer)?,
+            customer_id: text("customer_id", &self.customer_id)?,
+            endpoint: text("endpoint", &self.endpoint)?,
+            decision,
+            status,
+            min_amount,
+            max_amount,
+            idempotency_key: text("idempotency key", &self.idempotency_key)?,
+            object: text("Stripe object", &self.object)?,
+            limit,
+            cursor,
+        })
+    }
+
+    /// The same filters at another position (`None`: the first page).
+    pub fn at(&self, cursor: Option<Cursor>) -> AuditQuery {
+        let (after, before) = match cursor {
+            None => (None, None),
+            Some(Cursor::After(p)) => (Some(p.encode()), None),
+            Some(Cursor::Before(p)) => (None, Some(p.encode())),
+        };
+        AuditQuery {
+            after,
+            before,
+            ..self.clone()
+        }
+    }
+
+    /// The query string with only the parameters that are set (no `?`).
+    pub fn query_string(&self) -> String {
+        self.pairs()
+            .into_iter()
+            .map(|(name, value)| format!("{name}={}", super::key_list::encode(value)))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+
+    /// `path?query`, or `path` when nothing is set.
+    pub fn href(&self, path: &str) -> String {
+        match self.query_string() {
+            q if q.is_empty() => path.to_owned(),
+            q => format!("{path}?{q}"),
+        }
+    }
+
+    /// The set parameters, in a fixed order.
+    pub fn pairs(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("from", &self.from),
+            ("to", &self.to),
+            ("key", &self.key),
+            ("period", &self.period),
+            ("customer", &self.customer),
+            ("customer_id", &self.customer_id),
+            ("endpoint", &self.endpoint),
+            ("decision", &self.decision),
+            ("status", &self.status),
+            ("min_amount", &self.min_amount),
+            ("max_amount", &self.max_amount),
+            ("idempotency_key", &self.idempotency_key),
+            ("object", &self.object),
+            ("limit", &self.limit),
+            ("after", &self.after),
+            ("before", &self.before),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| {
+            Some((name, value.as_deref().filter(|v| !v.trim().is_empty())?))
+        })
+        .collect()
+    }
+}
+
+fn given(value: &Option<String>) -> Option<String> {
+    value
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+/// A text filter: matched exactly, so only its length and characters are
+/// checked (quotes, `%` and HTML are just characters here).
+fn text(name: &str, value: &Option<String>) -> Result<Option<String>, ParseError> {
+    let Some(value) = given(value) else {
+        return Ok(None);
+    };
+    if value.chars().count() > MAX_TEXT {
+        return Err(ParseError::new(format!(
+            "the {name} filter is longer than {MAX_TEXT} characters"
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ParseError::new(format!(
+            "the {name} filter contains control characters"
+        )));
+    }
+    Ok(Some(value))
+}
+
+fn position(raw: &str) -> Result<Position, ParseError> {
+    Position::decode(raw)
+        .ok_or_else(|| ParseError::new("the page link is damaged: start again from the first page"))
+}
+
+/// A UTC moment from a date or a date and time; `end` makes a date alone
+/// mean the end of that day.
+fn moment(raw: &str, end: bool) -> Result<DateTime<Utc>, ParseError> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(raw) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    for format in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
+        if let Ok(at) = NaiveDateTime::parse_from_str(raw, format) {
+            return Ok(at.and_utc());
+        }
+    }
+    if let Ok(day) = NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
+        let start = day.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc();
+        return Ok(if end {
+            start + Duration::days(1)
+        } else {
+            start
+        });
+    }
+    Err(ParseError::new(format!(
+        "{raw:?} is not a time: write 2026-11-30 or 2026-11-30T14:00 (UTC)"
+    )))
+}
+
+/// One call as the audit log lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditCall {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub vault_key_id: Option<i64>,
+    pub key_label: Option<String>,
+    pub key_prefix: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub stripe_customer: Option<String>,
+    pub metadata_customer_id: Option<String>,
+    pub billing_period: Option<String>,
+    pub amount: Option<Cents>,
+    pub currency: Option<Currency>,
+    pub idempotency_key: Option<String>,
+    pub decision: Decision,
+    pub upstream_status: Option<i16>,
+    pub stripe_object_id: Option<String>,
+    pub error_code: Option<String>,
+    pub latency_ms: Option<i32>,
+}
+
+/// Everything recorded about one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditCallDetail {
+    pub call: AuditCall,
+    pub request_id: String,
+    pub metadata_billing_period: Option<String>,
+    /// Why the proxy refused it, or what went wrong upstream.
+    pub message: Option<String>,
+}
+
+/// One page of the audit log and the links around it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditPage {
+    pub calls: Vec<AuditCall>,
+    /// The query of the newer page, when there is one.
+    pub newer: Option<AuditQuery>,
+    /// The query of the older page, when there is one.
+    pub older: Option<AuditQuery>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> AuditQuery {
+        let mut q = AuditQuery::default();
+        for (name, value) in pairs {
+            let slot = match *name {
+                "from" => &mut q.from,
+                "to" => &mut q.to,
+                "key" => &mut q.key,
+                "period" => &mut q.period,
+                "customer_id" => &mut q.customer_id,
+                "decision" => &mut q.decision,
+                "status" => &mut q.status,
+                "min_amount" => &mut q.min_amount,
+                "max_amount" => &mut q.max_amount,
+                "limit" => &mut q.limit,
+                "after" => &mut q.after,
+                "before" => &mut q.before,
+                "object" => &mut q.object,
+                other => panic!("no field {other}"),
+            };
+            *slot = Some(value.to_string());
+        }
+        q
+    }
+
+    #[test]
+    fn an_empty_query_is_the_newest_page_of_everything() {
+        let filter = AuditQuery::default().parse().unwrap();
+        assert_eq!(filter.limit, DEFAULT_AUDIT_PAGE_SIZE);
+        assert_eq!(
+            (filter.cursor, filter.decision, filter.from),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn dates_alone_cover_whole_days() {
+        let f = query(&[("from", "2026-11-30"), ("to", "2026-11-30")])
+            .parse()
+            .unwrap();
+        assert_eq!(f.from.unwrap().to_rfc3339(), "2026-11-30T00:00:00+00:00");
+        assert_eq!(f.to.unwrap().to_rfc3339(), "2026-12-01T00:00:00+00:00");
+        let f = query(&[("from", "2026-11-30T14:05")]).parse().unwrap();
+        assert_eq!(f.from.unwrap().to_rfc3339(), "2026-11-30T14:05:00+00:00");
+    }
+
+    #[test]
+    fn every_bad_value_gets_a_message_naming_it() {
+        for (pairs, message) in [
+            (vec![("from", "30/11/2026")], "\"30/11/2026\" is not a time"),
+            (
+                vec![("from", "2026-12-02"), ("to", "2026-12-01")],
+                "ends before it starts",
+            ),
+            (
+                vec![("decision", "approved")],
+                "\"approved\" is not a decision",
+            ),
+            (vec![("status", "2000")], "\"2000\" is not an HTTP status"),
+            (vec![("min_amount", "-5")], "negative"),
+            (
+                vec![("min_amount", "10"), ("max_amount", "5")],
+                "smallest amount is larger",
+            ),
+            (vec![("limit", "100000")], "\"100000\" is not a page size"),
+            (vec![("key", "1 OR 1=1")], "is not a vault key id"),
+            (vec![("after", "abc")], "page link is damaged"),
+            (vec![("after", "1.2"), ("before", "1.2")], "both directions"),
+            (vec![("period", "2026-13")], "2026-13"),
+        ] {
+            let err = query(&pairs).parse().unwrap_err();
+            assert!(err.0.contains(message), "{pairs:?}: {err}");
+        }
+        let long = "x".repeat(201);
+        assert!(query(&[("customer_id", &long)])
+            .parse()
+            .unwrap_err()
+            .0
+            .contains("longer than 200"));
+    }
+
+    #[test]
+    fn text_filters_keep_sql_and_html_as_plain_characters() {
+        let f = query(&[("customer_id", "x' OR '1'='1"), ("object", "<b>ch_1</b>")])
+            .parse()
+            .unwrap();
+        assert_eq!(f.customer_id.as_deref(), Some("x' OR '1'='1"));
+        assert_eq!(f.object.as_deref(), Some("<b>ch_1</b>"));
+    }
+
+    #[test]
+    fn page_links_keep_the_filters_and_carry_the_position() {
+        let q = query(&[
+            ("decision", "refused"),
+            ("customer_id", "cust 7"),
+            ("after", "5.5"),
+        ]);
+        let at = Position {
+            at: DateTime::from_timestamp_micros(1_700_000_000_000_001).unwrap(),
+            id: 42,
+        };
+        let older = q.at(Some(Cursor::After(at)));
+        assert_eq!(
+            older.href("/audit"),
+            "/audit?customer_id=cust%207&decision=refused&after=1700000000000001.42"
+        );
+        assert_eq!(older.parse().unwrap().cursor, Some(Cursor::After(at)));
+        assert_eq!(
+            q.at(None).href("/audit"),
+            "/audit?customer_id=cust%207&decision=refused"
+        );
+    }
+}

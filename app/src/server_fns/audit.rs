@@ -1,0 +1,27 @@
+use leptos::prelude::*;
+
+use crate::{
+    domain::{AuditCallDetail, AuditPage, AuditQuery},
+    error::AppError,
+};
+
+/// One page of the audit log, filtered as the query asks.
+#[server(endpoint = "list_audit")]
+pub async fn list_audit(query: AuditQuery) -> Result<AuditPage, AppError> {
+    use crate::{domain::Role, ssr};
+    ssr::auth::require(Role::Viewer)?;
+    let filter = query.parse()?;
+    let pool = &expect_context::<ssr::AppState>().pool;
+    Ok(ssr::data::audit::page(pool, &query, &filter).await?)
+}
+
+/// One call with everything recorded about it.
+#[server(endpoint = "get_audit_call")]
+pub async fn get_audit_call(id: i64) -> Result<AuditCallDetail, AppError> {
+    use crate::{domain::Role, ssr};
+    ssr::auth::require(Role::Viewer)?;
+    let pool = &expect_context::<ssr::AppState>().pool;
+    ssr::data::audit::find(pool, id)
+        .await?
+        .ok_or(AppError::NotFound)
+}

@@ -1,0 +1,122 @@
+//! The audit log's CSV rows: RFC 4180 (written by the `csv` crate), UTF-8,
+//! ISO-8601 UTC times, amounts as integer minor units plus a decimal column,
+//! and every text cell that a spreadsheet would run as a formula neutralised.
+
+use crate::domain::AuditCall;
+
+pub const HEADER: [&str; 19] = [
+    "id",
+    "at_utc",
+    "vault_key_id",
+    "vault_key_label",
+    "key_prefix",
+    "method",
+    "path",
+    "stripe_customer",
+    "customer_id",
+    "billing_period",
+    "amount_minor_units",
+    "amount",
+    "currency",
+    "idempotency_key",
+    "decision",
+    "stripe_status",
+    "stripe_object_id",
+    "error_code",
+    "latency_ms",
+];
+
+/// One call's cells, in [`HEADER`]'s order.
+pub fn record(call: &AuditCall) -> [String; 19] {
+    let text = |value: &Option<String>| neutralise(value.as_deref().unwrap_or(""));
+    let number = |value: Option<i64>| value.map(|n| n.to_string()).unwrap_or_default();
+    let decimal = match (call.amount, &call.currency) {
+        (Some(amount), Some(currency)) => amount.decimal(currency),
+        _ => String::new(),
+    };
+    [
+        call.id.to_string(),
+        call.at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+        number(call.vault_key_id),
+        text(&call.key_label),
+        text(&call.key_prefix),
+        neutralise(&call.method),
+        neutralise(&call.path),
+        text(&call.stripe_customer),
+        text(&call.metadata_customer_id),
+        text(&call.billing_period),
+        number(call.amount.map(|c| c.0)),
+        decimal,
+        call.currency
+            .as_ref()
+            .map(|c| c.as_str().to_owned())
+            .unwrap_or_default(),
+        text(&call.idempotency_key),
+        call.decision.as_str().to_owned(),
+        number(call.upstream_status.map(i64::from)),
+        text(&call.stripe_object_id),
+        text(&call.error_code),
+        number(call.latency_ms.map(i64::from)),
+    ]
+}
+
+/// A text cell a spreadsheet would read as a formula (`=`, `+`, `-`, `@`,
+/// tab or carriage return first) gets a leading apostrophe, which makes it
+/// text (OWASP's advice for CSV injection).
+pub fn neutralise(text: &str) -> String {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Cents, Currency, Decision};
+
+    #[test]
+    fn formulas_arrive_as_text_and_other_cells_as_they_are() {
+        assert_eq!(neutralise("=HYPERLINK(\"x\")"), "'=HYPERLINK(\"x\")");
+        for risky in ["+1", "-1", "@SUM(A1)", "\tx", "\rx"] {
+            assert!(neutralise(risky).starts_with('\''), "{risky:?}");
+        }
+        assert_eq!(neutralise("cust_1"), "cust_1");
+        assert_eq!(neutralise("a=b"), "a=b");
+    }
+
+    #[test]
+    fn a_record_has_a_cell_per_header_with_times_in_utc_and_both_amounts() {
+        let call = AuditCall {
+            id: 7,
+            at: "2026-11-30T14:05:06.123456Z".parse().unwrap(),
+            vault_key_id: Some(3),
+            key_label: Some("=HYPERLINK(\"x\")".into()),
+            key_prefix: Some("vk_abc".into()),
+            method: "POST".into(),
+            path: "/v1/charges".into(),
+            stripe_customer: None,
+            metadata_customer_id: Some("cust_1".into()),
+            billing_period: Some("2026-11".into()),
+            amount: Some(Cents(123_450)),
+            currency: Some(Currency::usd()),
+            idempotency_key: Some("bill-cust_1".into()),
+            decision: Decision::RefusedCap,
+            upstream_status: None,
+            stripe_object_id: None,
+            error_code: Some("spend_cap_exceeded".into()),
+            latency_ms: Some(3),
+        };
+        let cells = record(&call);
+        assert_eq!(cells.len(), HEADER.len());
+        assert_eq!(cells[1], "2026-11-30T14:05:06.123456Z");
+        assert_eq!(cells[3], "'=HYPERLINK(\"x\")");
+        assert_eq!(
+            (cells[10].as_str(), cells[11].as_str(), cells[12].as_str()),
+            ("123450", "1234.50", "usd")
+        );
+        assert_eq!(cells[14], "refused_cap");
+        assert_eq!(cells[15], "");
+    }
+}

@@ -1,0 +1,284 @@
+//! The audit log as CSV, exactly the filtered set: from the console
+//! (`/audit.csv`, signed in) and the API (`/api/audit.csv`, API token).
+//!
+//! Rows stream from one database cursor through a small bounded channel
+//! into the response, so memory stays constant whatever the size. When the
+//! client goes away the channel closes, the query is cancelled in
+//! PostgreSQL and its connection is not reused. The export is recorded in
+//! the operator action log with its filter and row count once it ends.
+
+use std::time::Duration;
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{RawQuery, State},
+    http::{header, StatusCode},
+    response::{IntoResponse, Response},
+    Extension,
+};
+use futures::TryStreamExt;
+use sqlx::{pool::PoolConnection, PgPool, Postgres};
+use tokio::sync::mpsc;
+
+use super::{auth::ClientIp, error::HttpError, forms::require};
+use crate::api::{ApiError, ApiToken};
+use app::{
+    domain::{AuditFilter, AuditQuery, Me, Role},
+    error::AppError,
+    ssr::{
+        audit_csv,
+        data::{
+            actions::{self, Actor},
+            audit::{self, CallListRow},
+        },
+        AppState,
+    },
+};
+
+/// Bytes gathered before a chunk is sent.
+const CHUNK: usize = 64 * 1024;
+/// Chunks waiting for a slow client at most (so at most ~1 MiB buffered).
+const CHUNKS_IN_FLIGHT: usize = 16;
+
+pub async fn console(
+    State(state): State<AppState>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let me = match require(me, Role::Viewer) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let query = read_query(raw.as_deref());
+    match query.parse() {
+        Ok(filter) => export(
+            &state.pool,
+            query,
+            filter,
+            Actor::Operator { id: me.id, ip },
+        )
+        .await
+        .unwrap_or_else(|err| HttpError::from(err).into_response()),
+        Err(err) => HttpError::from(AppError::from(err)).into_response(),
+    }
+}
+
+pub async fn api(
+    State(state): State<AppState>,
+    token: ApiToken,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let query = read_query(raw.as_deref());
+    let filter = match query.parse() {
+        Ok(filter) => filter,
+        Err(err) => return ApiError::invalid(err.0).into_response(),
+    };
+    export(&state.pool, query, filter, Actor::ApiToken { id: token.id })
+        .await
+        .unwrap_or_else(|err| ApiError::from(err).into_response())
+}
+
+/// The query string's filters (unknown parameters are ignored, as on the
+/// page; a parameter given twice keeps its last value).
+fn read_query(raw: Option<&str>) -> AuditQuery {
+    let mut query = AuditQuery::default();
+    for (name, value) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+        let slot = match name.as_ref() {
+            "from" => &mut query.from,
+            "to" => &mut query.to,
+            "key" => &mut query.key,
+            "period" => &mut query.period,
+            "customer" => &mut query.customer,
+            "customer_id" => &mut query.customer_id,
+            "endpoint" => &mut query.endpoint,
+            "decision" => &mut query.decision,
+            "status" => &mut query.status,
+            "min_amount" => &mut query.min_amount,
+            "max_amount" => &mut query.max_amount,
+            "idempotency_key" => &mut query.idempotency_key,
+            "object" => &mut query.object,
+            _ => continue,
+        };
+        *slot = Some(value.into_owned());
+    }
+    query
+}
+
+async fn export(
+    pool: &PgPool,
+    query: AuditQuery,
+    filter: AuditFilter,
+    actor: Actor,
+) -> Result<Response, AppError> {
+    let mut conn = pool.acquire().await?;
+    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await?;
+    let (chunks, mut body) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHUNKS_IN_FLIGHT);
+    let filename = filename(&query);
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        let outcome = stream_rows(&mut conn, &filter, &chunks).await;
+        let (rows, cancelled, last) = match outcome {
+            Ok((rows, last)) => (rows, false, Some(last)),
+            Err(Stop::ClientGone(rows)) => {
+                cancel(&pool, backend).await;
+                // Mid-query: never hand this connection to anyone else.
+                drop(conn.detach());
+                (rows, true, None)
+            }
+            Err(Stop::Failed(rows, err)) => {
+                tracing::error!(error = %err, "the audit export failed");
+                let _ = chunks
+                    .send(Err(std::io::Error::other("the export failed")))
+                    .await;
+                (rows, true, None)
+            }
+        };
+        // Recorded before the last chunk goes out: a client holding the
+        // whole file can find its export in the action log.
+        let details = serde_json::json!({
+            "filter": query.query_string(), "rows": rows, "cancelled": cancelled,
+        });
+        if let Err(err) =
+            actions::record(&pool, actor, "export_audit_csv", "audit_log", None, details).await
+        {
+            tracing::error!(error = %err, "could not record an audit export");
+        }
+        if let Some(last) = last {
+            let _ = chunks.send(Ok(last)).await;
+        }
+    });
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{filename}\""),
+            ),
+            (header::CACHE_CONTROL, "no-store".to_owned()),
+        ],
+        Body::from_stream(futures::stream::poll_fn(move |cx| body.poll_recv(cx))),
+    )
+        .into_response())
+}
+
+/// Why streaming stopped before the end, with the rows sent until then.
+enum Stop {
+    ClientGone(u64),
+    Failed(u64, String),
+}
+
+/// Sends the CSV in chunks as rows arrive, all but the last: returns the
+/// row count and the last chunk.
+async fn stream_rows(
+    conn: &mut PoolConnection<Postgres>,
+    filter: &AuditFilter,
+    chunks: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+) -> Result<(u64, Bytes), Stop> {
+    let mut sql = audit::export_query(filter);
+    let mut rows = sql.build_query_as::<CallListRow>().fetch(&mut **conn);
+    let new_writer = || csv::Writer::from_writer(Vec::with_capacity(CHUNK * 2));
+    let mut csv = new_writer();
+    let mut sent = 0u64;
+    let failed = |sent, err: &dyn std::fmt::Display| Stop::Failed(sent, err.to_string());
+    csv.write_record(audit_csv::HEADER)
+        .map_err(|e| failed(sent, &e))?;
+    while let Some(row) = rows.try_next().await.map_err(|e| failed(sent, &e))? {
+        if let Some(call) = row.call() {
+            csv.write_record(audit_csv::record(&call))
+                .map_err(|e| failed(sent, &e))?;
+            sent += 1;
+        }
+        csv.flush().map_err(|e| failed(sent, &e))?;
+        if csv.get_ref().len() >= CHUNK {
+            let full = std::mem::replace(&mut csv, new_writer());
+            let chunk = Bytes::from(full.into_inner().map_err(|e| failed(sent, &e))?);
+            if chunks.send(Ok(chunk)).await.is_err() {
+                return Err(Stop::ClientGone(sent));
+            }
+        }
+    }
+    let last = csv.into_inner().map_err(|e| failed(sent, &e))?;
+    Ok((sent, Bytes::from(last)))
+}
+
+/// Stops the export's query in PostgreSQL (the client stopped reading) and
+/// waits, a few seconds at most, until it has stopped.
+async fn cancel(pool: &PgPool, backend: i32) {
+    let stopped = async {
+        sqlx::query("SELECT pg_cancel_backend($1)")
+            .bind(backend)
+            .execute(pool)
+            .await?;
+        loop {
+            let active: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state = 'active')",
+            )
+            .bind(backend)
+            .fetch_one(pool)
+            .await?;
+            if !active {
+                return Ok::<_, sqlx::Error>(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if !matches!(
+        tokio::time::timeout(Duration::from_secs(5), stopped).await,
+        Ok(Ok(()))
+    ) {
+        tracing::warn!(
+            backend,
+            "could not confirm that an abandoned audit export query stopped"
+        );
+    }
+}
+
+/// `vaultcap-audit-20261130T140506Z-customer_id-cust_1.csv`: when, and the
+/// filters in a form every file system takes.
+fn filename(query: &AuditQuery) -> String {
+    let filters: String = query
+        .pairs()
+        .into_iter()
+        .filter(|(name, _)| !matches!(*name, "limit" | "after" | "before"))
+        .flat_map(|(name, value)| [name.to_owned(), value.to_owned()])
+        .collect::<Vec<_>>()
+        .join("-")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(80)
+        .collect();
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    if filters.is_empty() {
+        format!("vaultcap-audit-{stamp}.csv")
+    } else {
+        format!("vaultcap-audit-{stamp}-{filters}.csv")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filename_names_the_filters_safely() {
+        let query = read_query(Some(
+            "customer_id=cust%201%2F..&decision=refused&limit=50&after=1.2",
+        ));
+        let name = filename(&query);
+        assert!(name.starts_with("vaultcap-audit-2"), "{name}");
+        assert!(
+            name.ends_with("-customer_id-cust_1___-decision-refused.csv"),
+            "{name}"
+        );
+    }
+}
