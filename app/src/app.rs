@@ -8,8 +8,8 @@ use leptos_router::{
 use crate::{
     components::Layout,
     pages::{
-        AlertsPage, ApprovalsPage, AuditCallPage, AuditLogPage, KeyPage, LoginPage, NewKeyPage,
-        NotFoundPage, OperatorsPage, OverviewPage, ReconciliationPage, VaultKeysPage,
+        ActionLogPage, AlertsPage, ApprovalsPage, AuditCallPage, AuditLogPage, KeyPage, LoginPage,
+        NewKeyPage, NotFoundPage, OperatorsPage, OverviewPage, ReconciliationPage, VaultKeysPage,
     },
 };
 
@@ -53,6 +53,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/alerts") view=AlertsPage/>
                     <Route path=path!("/audit") view=AuditLogPage/>
                     <Route path=path!("/audit/:id") view=AuditCallPage/>
+                    <Route path=path!("/actions") view=ActionLogPage/>
                     <Route path=path!("/reconciliation") view=ReconciliationPage/>
                     <Route path=path!("/approvals") view=ApprovalsPage/>
                     <Route path=path!("/operators") view=OperatorsPage/>

@@ -108,6 +108,7 @@ fn MainNav(is_admin: bool, open_alerts: i64) -> impl IntoView {
                 <li><A href="/keys">"Vault keys"</A></li>
                 <li><A href="/alerts">"Alerts" {badge}</A></li>
                 <li><A href="/audit">"Audit log"</A></li>
+                <li><A href="/actions">"Action log"</A></li>
                 <li><A href="/reconciliation">"Reconciliation"</A></li>
                 <li><A href="/approvals">"Approvals"</A></li>
                 {is_admin.then(|| view! { <li><A href="/operators">"Operators"</A></li> })}

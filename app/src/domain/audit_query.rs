@@ -103,15 +103,7 @@ pub struct AuditFilter {
 impl AuditQuery {
     /// Reads every filter, naming the first bad one in the message.
     pub fn parse(&self) -> Result<AuditFilter, ParseError> {
-        let from = given(&self.from)
-            .map(|raw| moment(&raw, false))
-            .transpose()?;
-        let to = given(&self.to).map(|raw| moment(&raw, true)).transpose()?;
-        if let (Some(from), Some(to)) = (from, to) {
-            if from >= to {
-                return Err(ParseError::new("the time range ends before it starts"));
-            }
-        }
+        let (from, to) = time_range(&self.from, &self.to)?;
         let key = given(&self.key)
             .map(|raw| {
                 raw.parse::<i64>()
@@ -156,28 +148,7 @@ impl AuditQuery {
                 ));
             }
         }
-        let limit = match given(&self.limit) {
-            None => DEFAULT_AUDIT_PAGE_SIZE,
-            Some(raw) => raw
-                .parse::<i64>()
-                .ok()
-                .filter(|n| AUDIT_PAGE_SIZES.contains(n))
-                .ok_or_else(|| {
-                    ParseError::new(format!(
-                        "{raw:?} is not a page size: use 25, 50, 100 or 200"
-                    ))
-                })?,
-        };
-        let cursor = match (given(&self.after), given(&self.before)) {
-            (Some(_), Some(_)) => {
-                return Err(ParseError::new(
-                    "a page link has both directions: start from the first page",
-                ))
-            }
-            (Some(raw), None) => Some(Cursor::After(position(&raw)?)),
-            (None, Some(raw)) => Some(Cursor::Before(position(&raw)?)),
-            (None, None) => None,
-        };
+        let (limit, cursor) = paging(&self.limit, &self.after, &self.before)?;
         Ok(AuditFilter {
             from,
             to,
@@ -256,7 +227,7 @@ impl AuditQuery {
     }
 }
 
-fn given(value: &Option<String>) -> Option<String> {
+pub(super) fn given(value: &Option<String>) -> Option<String> {
     value
         .as_deref()
         .map(str::trim)
@@ -266,7 +237,7 @@ fn given(value: &Option<String>) -> Option<String> {
 
 /// A text filter: matched exactly, so only its length and characters are
 /// checked (quotes, `%` and HTML are just characters here).
-fn text(name: &str, value: &Option<String>) -> Result<Option<String>, ParseError> {
+pub(super) fn text(name: &str, value: &Option<String>) -> Result<Option<String>, ParseError> {
     let Some(value) = given(value) else {
         return Ok(None);
     };
@@ -286,6 +257,55 @@ fn text(name: &str, value: &Option<String>) -> Result<Option<String>, ParseError
 fn position(raw: &str) -> Result<Position, ParseError> {
     Position::decode(raw)
         .ok_or_else(|| ParseError::new("the page link is damaged: start again from the first page"))
+}
+
+/// A time range's start (inclusive) and end (exclusive), each optional.
+pub(super) type TimeRange = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+
+/// `from` and `to` read as UTC moments, `from` before `to`.
+pub(super) fn time_range(
+    from: &Option<String>,
+    to: &Option<String>,
+) -> Result<TimeRange, ParseError> {
+    let from = given(from).map(|raw| moment(&raw, false)).transpose()?;
+    let to = given(to).map(|raw| moment(&raw, true)).transpose()?;
+    if let (Some(from), Some(to)) = (from, to) {
+        if from >= to {
+            return Err(ParseError::new("the time range ends before it starts"));
+        }
+    }
+    Ok((from, to))
+}
+
+/// The page size (one of [`AUDIT_PAGE_SIZES`]) and the position.
+pub(super) fn paging(
+    limit: &Option<String>,
+    after: &Option<String>,
+    before: &Option<String>,
+) -> Result<(i64, Option<Cursor>), ParseError> {
+    let limit = match given(limit) {
+        None => DEFAULT_AUDIT_PAGE_SIZE,
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| AUDIT_PAGE_SIZES.contains(n))
+            .ok_or_else(|| {
+                ParseError::new(format!(
+                    "{raw:?} is not a page size: use 25, 50, 100 or 200"
+                ))
+            })?,
+    };
+    let cursor = match (given(after), given(before)) {
+        (Some(_), Some(_)) => {
+            return Err(ParseError::new(
+                "a page link has both directions: start from the first page",
+            ))
+        }
+        (Some(raw), None) => Some(Cursor::After(position(&raw)?)),
+        (None, Some(raw)) => Some(Cursor::Before(position(&raw)?)),
+        (None, None) => None,
+    };
+    Ok((limit, cursor))
 }
 
 /// A UTC moment from a date or a date and time; `end` makes a date alone

@@ -1,6 +1,7 @@
 //! Types both the server and the browser use. Parsed once at the edge,
 //! impossible to misuse after; no I/O here.
 
+mod action_query;
 mod alert;
 mod audit_query;
 mod decision;
@@ -12,6 +13,7 @@ mod money;
 mod period;
 mod role;
 
+pub use action_query::{ActionEntry, ActionFilter, ActionPage, ActionQuery, ACTION_SOURCES};
 pub use alert::{Alert, AlertState, AlertsView};
 pub use audit_query::{
     AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, Cursor, DecisionFilter,

@@ -1,5 +1,6 @@
 //! One file per page.
 
+mod action_log;
 mod alerts;
 mod approvals;
 mod audit_call;
@@ -13,6 +14,7 @@ mod overview;
 mod reconciliation;
 mod vault_keys;
 
+pub use action_log::ActionLogPage;
 pub use alerts::AlertsPage;
 pub use approvals::ApprovalsPage;
 pub use audit_call::AuditCallPage;

@@ -1,7 +1,7 @@
 use leptos::prelude::*;
 
 use crate::{
-    domain::{AuditCallDetail, AuditPage, AuditQuery},
+    domain::{ActionPage, ActionQuery, AuditCallDetail, AuditPage, AuditQuery},
     error::AppError,
 };
 
@@ -24,4 +24,14 @@ pub async fn get_audit_call(id: i64) -> Result<AuditCallDetail, AppError> {
     ssr::data::audit::find(pool, id)
         .await?
         .ok_or(AppError::NotFound)
+}
+
+/// One page of the operator action log.
+#[server(endpoint = "list_actions")]
+pub async fn list_actions(query: ActionQuery) -> Result<ActionPage, AppError> {
+    use crate::{domain::Role, ssr};
+    ssr::auth::require(Role::Viewer)?;
+    let filter = query.parse()?;
+    let pool = &expect_context::<ssr::AppState>().pool;
+    Ok(ssr::data::actions::page(pool, &query, &filter).await?)
 }

@@ -10,7 +10,7 @@ mod overview;
 mod vault_keys;
 
 pub use alerts::{list_alerts, open_alert_count, ListAlerts, OpenAlertCount};
-pub use audit::{get_audit_call, list_audit, GetAuditCall, ListAudit};
+pub use audit::{get_audit_call, list_actions, list_audit, GetAuditCall, ListActions, ListAudit};
 pub use me::{get_me, take_notice, GetMe, TakeNotice};
 pub use operators::{list_operators, ListOperators};
 pub use overview::{get_overview, GetOverview};

@@ -363,3 +363,52 @@ async fn a_cancelled_download_stops_its_query(pool: PgPool) {
     .unwrap();
     assert_eq!(running, 0, "the query was cancelled, not left running");
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_action_log_shows_who_did_what_filtered_and_paged(pool: PgPool) {
+    calls(&pool, 3).await;
+    let app = TestApp::new(pool.clone());
+    let ops = app.signed_in("ops@example.com", Role::Operator).await;
+    let key: i64 = sqlx::query_scalar("SELECT id FROM vault_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    app.post_form(
+        &format!("/keys/{key}/revoke"),
+        "reason=rotated&confirm=yes",
+        Some(&ops),
+    )
+    .await;
+    app.get("/audit.csv?decision=allowed", Some(&ops)).await;
+
+    let all = app.get("/actions", Some(&ops)).await.body;
+    assert!(all.contains("revoke vault key"), "{all}");
+    assert!(all.contains("export audit csv"));
+    assert!(all.contains(&format!("vault_key {key}")));
+    let revokes = app
+        .get(
+            "/actions?action=revoke_vault_key&operator=OPS%40example.com",
+            Some(&ops),
+        )
+        .await
+        .body;
+    assert_eq!(revokes.matches("data-action=").count(), 1, "{revokes}");
+    assert!(
+        revokes.contains("&quot;reason&quot;:&quot;rotated&quot;")
+            || revokes.contains("\"reason\": \"rotated\""),
+        "{revokes}"
+    );
+
+    let paged = app.get("/actions?limit=25", Some(&ops)).await.body;
+    assert!(
+        link(&paged, "next").is_none(),
+        "a handful of actions fit one page"
+    );
+    for (query, message) in [
+        ("via=email", "\"email\" is not a source"),
+        ("action=x%27%3B", "is not an action name"),
+    ] {
+        let body = app.get(&format!("/actions?{query}"), Some(&ops)).await.body;
+        assert!(body.contains(message), "{query}: {body}");
+    }
+}

@@ -2,7 +2,9 @@
 
 use std::net::IpAddr;
 
-use sqlx::PgExecutor;
+use sqlx::{PgExecutor, Postgres, QueryBuilder};
+
+use crate::domain::{ActionEntry, ActionFilter, ActionPage, ActionQuery, Cursor, Position};
 
 /// Who performed an action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,4 +48,90 @@ pub async fn record(
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// One page of the action log matching `filter`, newest first, with the
+/// links around it (keyset paging on `(at, id)`).
+pub async fn page(
+    db: &sqlx::PgPool,
+    query: &ActionQuery,
+    filter: &ActionFilter,
+) -> Result<ActionPage, sqlx::Error> {
+    let mut sql = QueryBuilder::<Postgres>::new(
+        "SELECT a.id, a.at, COALESCE(o.email, 'API token ' || t.name, CASE a.via WHEN 'cli' THEN 'command line' ELSE 'Vaultcap' END) AS who,
+                a.via, host(a.ip) AS ip, a.action,
+                a.subject_type || COALESCE(' ' || a.subject_id, '') AS subject, a.details::text AS details
+         FROM operator_actions a
+         LEFT JOIN operators o ON o.id = a.operator_id
+         LEFT JOIN api_tokens t ON t.id = a.api_token_id
+         WHERE true",
+    );
+    if let Some(from) = filter.from {
+        sql.push(" AND a.at >= ").push_bind(from);
+    }
+    if let Some(to) = filter.to {
+        sql.push(" AND a.at < ").push_bind(to);
+    }
+    if let Some(email) = &filter.operator {
+        sql.push(" AND a.operator_id = (SELECT id FROM operators WHERE lower(email) = ")
+            .push_bind(email.clone())
+            .push(")");
+    }
+    if let Some(action) = &filter.action {
+        sql.push(" AND a.action = ").push_bind(action.clone());
+    }
+    if let Some(via) = filter.via {
+        sql.push(" AND a.via = ").push_bind(via);
+    }
+    let backwards = matches!(filter.cursor, Some(Cursor::Before(_)));
+    match filter.cursor {
+        None => {}
+        Some(Cursor::After(p)) => {
+            sql.push(" AND (a.at, a.id) < (")
+                .push_bind(p.at)
+                .push(", ")
+                .push_bind(p.id)
+                .push(")");
+        }
+        Some(Cursor::Before(p)) => {
+            sql.push(" AND (a.at, a.id) > (")
+                .push_bind(p.at)
+                .push(", ")
+                .push_bind(p.id)
+                .push(")");
+        }
+    }
+    let order = if backwards { "ASC" } else { "DESC" };
+    sql.push(format!(" ORDER BY a.at {order}, a.id {order} LIMIT "))
+        .push_bind(filter.limit + 1);
+    let mut actions: Vec<ActionEntry> = sql.build_query_as().fetch_all(db).await?;
+    let more = actions.len() as i64 > filter.limit;
+    actions.truncate(filter.limit as usize);
+    if backwards {
+        actions.reverse();
+    }
+    let (has_newer, has_older) = match filter.cursor {
+        None => (false, more),
+        Some(Cursor::After(_)) => (true, more),
+        Some(Cursor::Before(_)) => (more, true),
+    };
+    let position = |a: &ActionEntry| Position { at: a.at, id: a.id };
+    let newer = actions
+        .first()
+        .filter(|_| has_newer)
+        .map(|a| query.at(Some(Cursor::Before(position(a)))));
+    let older = actions
+        .last()
+        .filter(|_| has_older)
+        .map(|a| query.at(Some(Cursor::After(position(a)))));
+    let known_actions =
+        sqlx::query_scalar("SELECT DISTINCT action FROM operator_actions ORDER BY 1")
+            .fetch_all(db)
+            .await?;
+    Ok(ActionPage {
+        actions,
+        newer,
+        older,
+        known_actions,
+    })
 }

@@ -1,0 +1,144 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+use crate::{
+    components::{utc, ErrorPanel, RequireRole},
+    domain::{ActionPage, ActionQuery, Role, ACTION_SOURCES, AUDIT_PAGE_SIZES},
+    server_fns::list_actions,
+};
+
+/// Who did what, when: every key created or revoked, export, operator
+/// change, filtered and paged like the audit log.
+#[component]
+pub fn ActionLogPage() -> impl IntoView {
+    let params = use_query_map();
+    let query = move || {
+        params.with(|q| ActionQuery {
+            from: q.get("from"),
+            to: q.get("to"),
+            operator: q.get("operator"),
+            action: q.get("action"),
+            via: q.get("via"),
+            limit: q.get("limit"),
+            after: q.get("after"),
+            before: q.get("before"),
+        })
+    };
+    let page = Resource::new(query, list_actions);
+    view! {
+        <Title text="Action log"/>
+        <RequireRole role=Role::Viewer>
+            <h1>"Action log"</h1>
+            <Suspense>
+                {move || Suspend::new(async move {
+                    let query = query();
+                    match page.await {
+                        Ok(page) => view! {
+                            <ActionFilters query=query.clone() known=page.known_actions.clone()/>
+                            <ActionTable page query/>
+                        }.into_any(),
+                        Err(error) => view! { <ActionFilters query known=Vec::new()/> <ErrorPanel error/> }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </RequireRole>
+    }
+}
+
+#[component]
+fn ActionFilters(query: ActionQuery, known: Vec<String>) -> impl IntoView {
+    let value = |v: &Option<String>| v.clone().unwrap_or_default();
+    let (action, via) = (value(&query.action), value(&query.via));
+    let limit = query.limit.clone().unwrap_or_else(|| "50".into());
+    view! {
+        <form class="filters audit-filters" method="get" action="/actions" role="search" aria-label="Filter the action log">
+            <div class="field">
+                <label for="actions-from">"From (UTC)"</label>
+                <input id="actions-from" name="from" type="text" value=value(&query.from) placeholder="2026-11-30"/>
+            </div>
+            <div class="field">
+                <label for="actions-to">"To (UTC)"</label>
+                <input id="actions-to" name="to" type="text" value=value(&query.to) placeholder="2026-11-30"/>
+            </div>
+            <div class="field">
+                <label for="actions-operator">"Operator email"</label>
+                <input id="actions-operator" name="operator" type="text" maxlength="200" value=value(&query.operator)/>
+            </div>
+            <div class="field">
+                <label for="actions-action">"Action"</label>
+                <select id="actions-action" name="action">
+                    <option value="">"Any action"</option>
+                    {known.into_iter().map(|name| {
+                        let selected = name == action;
+                        view! { <option value=name.clone() selected=selected>{name.replace('_', " ")}</option> }
+                    }).collect_view()}
+                </select>
+            </div>
+            <div class="field">
+                <label for="actions-via">"Source"</label>
+                <select id="actions-via" name="via">
+                    <option value="">"Any source"</option>
+                    {ACTION_SOURCES.into_iter().map(|s| view! { <option value=s selected=via == s>{s}</option> }).collect_view()}
+                </select>
+            </div>
+            <div class="field">
+                <label for="actions-limit">"Per page"</label>
+                <select id="actions-limit" name="limit">
+                    {AUDIT_PAGE_SIZES.into_iter().map(|n| {
+                        let n = n.to_string();
+                        view! { <option value=n.clone() selected=n == limit>{n.clone()}</option> }
+                    }).collect_view()}
+                </select>
+            </div>
+            <div class="filter-actions">
+                <button type="submit" class="button button-primary">"Apply"</button>
+                <a class="button button-quiet" href="/actions">"Clear"</a>
+            </div>
+        </form>
+    }
+}
+
+#[component]
+fn ActionTable(page: ActionPage, query: ActionQuery) -> impl IntoView {
+    let pager = view! {
+        <nav class="pager" aria-label="Pages of actions">
+            {(query.after.is_some() || query.before.is_some()).then(|| view! { <a href=query.at(None).href()>"⇤ Newest"</a> })}
+            {page.newer.clone().map(|q| view! { <a rel="prev" href=q.href()>"← Newer"</a> })}
+            {page.older.clone().map(|q| view! { <a rel="next" href=q.href()>"Older →"</a> })}
+        </nav>
+    };
+    if page.actions.is_empty() {
+        return view! {
+            <section class="panel"><p>"No actions match these filters."</p><p class="hint"><a href="/actions">"Show every action"</a></p></section>
+            {pager}
+        }
+        .into_any();
+    }
+    view! {
+        <table class="data actions">
+            <thead>
+                <tr>
+                    <th scope="col">"Time (UTC)"</th>
+                    <th scope="col">"Who"</th>
+                    <th scope="col">"Action"</th>
+                    <th scope="col">"Subject"</th>
+                    <th scope="col">"Details"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {page.actions.into_iter().map(|a| view! {
+                    <tr data-action=a.id>
+                        <td class="nowrap">{utc(a.at)}</td>
+                        <td>{a.who.clone()} <div class="hint">{format!("{}{}", a.via, a.ip.clone().map(|ip| format!(" · {ip}")).unwrap_or_default())}</div></td>
+                        <td class="nowrap">{a.action.replace('_', " ")}</td>
+                        <td class="nowrap"><code>{a.subject.clone()}</code></td>
+                        <td><code class="details">{a.details.clone()}</code></td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+        </table>
+        {pager}
+    }
+    .into_any()
+}
