@@ -114,7 +114,7 @@ async fn measure(db: &BenchDatabase, args: &ConsoleBenchArgs) -> anyhow::Result<
 
 /// `count` keys over three billing periods with utilizations from 0 to
 /// 105 % of the expected total (so some are past their 90 % threshold).
-async fn insert_keys(pool: &sqlx::PgPool, count: u32) -> anyhow::Result<()> {
+pub(super) async fn insert_keys(pool: &sqlx::PgPool, count: u32) -> anyhow::Result<()> {
     let current = BillingPeriod::containing(chrono::Utc::now());
     let periods = [current, current.previous(), current.previous().previous()]
         .map(|p| p.to_string())

@@ -1,6 +1,7 @@
 //! `vaultcap bench …`: benchmarks that print figures, each in a private
 //! PostgreSQL cluster made for the run and removed after it.
 
+mod audit;
 pub mod cap;
 mod console;
 mod proxy;
@@ -33,6 +34,9 @@ pub enum BenchCommand {
     /// Server time to render the overview, keys list and a key's page with
     /// many keys and a large audit log.
     Console(console::ConsoleBenchArgs),
+    /// The audit log at scale: page times per filter (first and 100,000
+    /// rows deep) and a CSV export against psql's \copy.
+    Audit(audit::AuditBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -40,6 +44,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Cap(args) => cap::run(args).await,
         BenchCommand::Console(args) => console::run(args).await,
+        BenchCommand::Audit(args) => audit::run(args).await,
     }
 }
 
@@ -167,6 +172,10 @@ impl ServeProcess {
             "vaultcap serve exited before it was ready: {}",
             child.wait().await?
         )
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// The next line serve prints after its address (`None` once it exits).
