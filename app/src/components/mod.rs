@@ -3,6 +3,7 @@
 mod amount;
 mod layout;
 mod notice_banner;
+mod pager;
 mod require_role;
 mod upcoming;
 mod utilization;
@@ -10,6 +11,7 @@ mod utilization;
 pub use amount::Amount;
 pub use layout::Layout;
 pub use notice_banner::NoticeBanner;
+pub use pager::KeysetPager;
 pub use require_role::RequireRole;
 pub use upcoming::Upcoming;
 pub use utilization::UtilizationMeter;

@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{utc, ErrorPanel, RequireRole},
+    components::{utc, ErrorPanel, KeysetPager, RequireRole},
     domain::{ActionPage, ActionQuery, Role, ACTION_SOURCES, AUDIT_PAGE_SIZES},
     server_fns::list_actions,
 };
@@ -101,12 +101,12 @@ fn ActionFilters(query: ActionQuery, known: Vec<String>) -> impl IntoView {
 
 #[component]
 fn ActionTable(page: ActionPage, query: ActionQuery) -> impl IntoView {
+    let positioned = query.after.is_some() || query.before.is_some();
     let pager = view! {
-        <nav class="pager" aria-label="Pages of actions">
-            {(query.after.is_some() || query.before.is_some()).then(|| view! { <a href=query.at(None).href()>"⇤ Newest"</a> })}
-            {page.newer.clone().map(|q| view! { <a rel="prev" href=q.href()>"← Newer"</a> })}
-            {page.older.clone().map(|q| view! { <a rel="next" href=q.href()>"Older →"</a> })}
-        </nav>
+        <KeysetPager label="Pages of actions"
+            newest=positioned.then(|| query.at(None).href())
+            newer=page.newer.as_ref().map(ActionQuery::href)
+            older=page.older.as_ref().map(ActionQuery::href)/>
     };
     if page.actions.is_empty() {
         return view! {

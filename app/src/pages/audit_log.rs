@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{Amount, ErrorPanel, RequireRole},
+    components::{Amount, ErrorPanel, KeysetPager, RequireRole},
     domain::{AuditCall, AuditPage, AuditQuery, Decision, Role, AUDIT_PAGE_SIZES},
     server_fns::list_audit,
 };
@@ -127,12 +127,12 @@ fn AuditResults(page: AuditPage, query: AuditQuery) -> impl IntoView {
             q => format!("?{q}"),
         }
     );
+    let positioned = query.after.is_some() || query.before.is_some();
     let pager = view! {
-        <nav class="pager" aria-label="Pages of calls">
-            {(query.after.is_some() || query.before.is_some()).then(|| view! { <a href=first.href("/audit")>"⇤ Newest"</a> })}
-            {page.newer.clone().map(|q| view! { <a rel="prev" href=q.href("/audit")>"← Newer"</a> })}
-            {page.older.clone().map(|q| view! { <a rel="next" href=q.href("/audit")>"Older →"</a> })}
-        </nav>
+        <KeysetPager label="Pages of calls"
+            newest=positioned.then(|| first.href("/audit"))
+            newer=page.newer.as_ref().map(|q| q.href("/audit"))
+            older=page.older.as_ref().map(|q| q.href("/audit"))/>
     };
     if page.calls.is_empty() {
         return view! {

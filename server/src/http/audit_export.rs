@@ -37,6 +37,8 @@ use app::{
 
 /// Bytes gathered before a chunk is sent.
 const CHUNK: usize = 64 * 1024;
+/// Rows written between looks at the chunk's size.
+const FLUSH_EVERY: u64 = 128;
 /// Chunks waiting for a slow client at most (so at most ~1 MiB buffered).
 const CHUNKS_IN_FLIGHT: usize = 16;
 
@@ -191,6 +193,9 @@ async fn stream_rows(
             csv.write_record(audit_csv::record(&call))
                 .map_err(|e| failed(sent, &e))?;
             sent += 1;
+        }
+        if sent % FLUSH_EVERY != 0 {
+            continue;
         }
         csv.flush().map_err(|e| failed(sent, &e))?;
         if csv.get_ref().len() >= CHUNK {

@@ -4,7 +4,8 @@ use std::net::IpAddr;
 
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
-use crate::domain::{ActionEntry, ActionFilter, ActionPage, ActionQuery, Cursor, Position};
+use super::keyset;
+use crate::domain::{ActionEntry, ActionFilter, ActionPage, ActionQuery, Position};
 
 /// Who performed an action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,47 +84,16 @@ pub async fn page(
     if let Some(via) = filter.via {
         sql.push(" AND a.via = ").push_bind(via);
     }
-    let backwards = matches!(filter.cursor, Some(Cursor::Before(_)));
-    match filter.cursor {
-        None => {}
-        Some(Cursor::After(p)) => {
-            sql.push(" AND (a.at, a.id) < (")
-                .push_bind(p.at)
-                .push(", ")
-                .push_bind(p.id)
-                .push(")");
-        }
-        Some(Cursor::Before(p)) => {
-            sql.push(" AND (a.at, a.id) > (")
-                .push_bind(p.at)
-                .push(", ")
-                .push_bind(p.id)
-                .push(")");
-        }
-    }
-    let order = if backwards { "ASC" } else { "DESC" };
-    sql.push(format!(" ORDER BY a.at {order}, a.id {order} LIMIT "))
-        .push_bind(filter.limit + 1);
+    keyset::push_page(&mut sql, filter.cursor, filter.limit);
     let mut actions: Vec<ActionEntry> = sql.build_query_as().fetch_all(db).await?;
-    let more = actions.len() as i64 > filter.limit;
-    actions.truncate(filter.limit as usize);
-    if backwards {
-        actions.reverse();
-    }
-    let (has_newer, has_older) = match filter.cursor {
-        None => (false, more),
-        Some(Cursor::After(_)) => (true, more),
-        Some(Cursor::Before(_)) => (more, true),
-    };
-    let position = |a: &ActionEntry| Position { at: a.at, id: a.id };
-    let newer = actions
-        .first()
-        .filter(|_| has_newer)
-        .map(|a| query.at(Some(Cursor::Before(position(a)))));
-    let older = actions
-        .last()
-        .filter(|_| has_older)
-        .map(|a| query.at(Some(Cursor::After(position(a)))));
+    let (newer, older) = keyset::settle(&mut actions, filter.cursor, filter.limit, |a| Position {
+        at: a.at,
+        id: a.id,
+    });
+    let (newer, older) = (
+        newer.map(|c| query.at(Some(c))),
+        older.map(|c| query.at(Some(c))),
+    );
     let known_actions =
         sqlx::query_scalar("SELECT DISTINCT action FROM operator_actions ORDER BY 1")
             .fetch_all(db)

@@ -5,9 +5,11 @@ use uuid::Uuid;
 
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
+use super::keyset;
+
 use crate::domain::{
     AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, CallSummary, Cents, Currency,
-    Cursor, Decision, DecisionFilter, Position,
+    Decision, DecisionFilter, Position,
 };
 
 /// Everything recorded about one call.
@@ -155,56 +157,17 @@ pub async fn page(
         "SELECT {CALL_COLUMNS} FROM audit_log a LEFT JOIN vault_keys k ON k.id = a.vault_key_id"
     ));
     push_filter(&mut sql, filter);
-    let backwards = matches!(filter.cursor, Some(Cursor::Before(_)));
-    match filter.cursor {
-        None => {}
-        Some(Cursor::After(p)) => {
-            sql.push(" AND (a.at, a.id) < (")
-                .push_bind(p.at)
-                .push(", ")
-                .push_bind(p.id)
-                .push(")");
-        }
-        Some(Cursor::Before(p)) => {
-            sql.push(" AND (a.at, a.id) > (")
-                .push_bind(p.at)
-                .push(", ")
-                .push_bind(p.id)
-                .push(")");
-        }
-    }
-    let order = if backwards { "ASC" } else { "DESC" };
-    sql.push(format!(" ORDER BY a.at {order}, a.id {order} LIMIT "))
-        .push_bind(filter.limit + 1);
+    keyset::push_page(&mut sql, filter.cursor, filter.limit);
     let rows: Vec<CallListRow> = sql.build_query_as().fetch_all(db).await?;
-    let more = rows.len() as i64 > filter.limit;
-    let mut calls: Vec<AuditCall> = rows
-        .into_iter()
-        .take(filter.limit as usize)
-        .filter_map(CallListRow::call)
-        .collect();
-    if backwards {
-        calls.reverse();
-    }
-    let position = |call: &AuditCall| Position {
-        at: call.at,
-        id: call.id,
-    };
-    // Going forward there are newer calls whenever we came from a page;
-    // going back there are older ones (the page we came from).
-    let (has_newer, has_older) = match filter.cursor {
-        None => (false, more),
-        Some(Cursor::After(_)) => (true, more),
-        Some(Cursor::Before(_)) => (more, true),
-    };
-    let newer = calls
-        .first()
-        .filter(|_| has_newer)
-        .map(|c| query.at(Some(Cursor::Before(position(c)))));
-    let older = calls
-        .last()
-        .filter(|_| has_older)
-        .map(|c| query.at(Some(Cursor::After(position(c)))));
+    let mut calls: Vec<AuditCall> = rows.into_iter().filter_map(CallListRow::call).collect();
+    let (newer, older) = keyset::settle(&mut calls, filter.cursor, filter.limit, |c| Position {
+        at: c.at,
+        id: c.id,
+    });
+    let (newer, older) = (
+        newer.map(|c| query.at(Some(c))),
+        older.map(|c| query.at(Some(c))),
+    );
     Ok(AuditPage {
         calls,
         newer,

@@ -14,7 +14,7 @@ use app::{
 use clap::Args;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 
-use super::{console::insert_keys, BenchDatabase, ServeProcess};
+use super::{console::insert_keys, quantile, BenchDatabase, ServeProcess};
 use crate::cli::audit_rows;
 
 #[derive(Debug, Args)]
@@ -159,8 +159,7 @@ async fn time_page(
         ensure!(!body.contains("panel-error"), "{url} showed an error");
     }
     times.sort_by(f64::total_cmp);
-    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-    Ok((at(0.5), at(0.95)))
+    Ok((quantile(&times, 0.5), quantile(&times, 0.95)))
 }
 
 /// The position `DEPTH` rows down the filtered order, if there are that many.

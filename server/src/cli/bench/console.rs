@@ -17,7 +17,7 @@ use axum::{body::Body, http::Request, Router};
 use clap::Args;
 use tower::ServiceExt;
 
-use super::BenchDatabase;
+use super::{quantile, BenchDatabase};
 use crate::{cli::audit_rows, http, proxy::upstream::Upstream};
 
 #[derive(Debug, Args)]
@@ -101,12 +101,11 @@ async fn measure(db: &BenchDatabase, args: &ConsoleBenchArgs) -> anyhow::Result<
             ensure!(body.contains("<h1"), "{path} did not render a page");
         }
         times.sort_by(f64::total_cmp);
-        let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
         println!(
             "{path:<34} {:>9.2} {:>9.2} {:>9.2}",
-            at(0.5),
-            at(0.95),
-            at(1.0)
+            quantile(&times, 0.5),
+            quantile(&times, 0.95),
+            quantile(&times, 1.0)
         );
     }
     Ok(())

@@ -48,6 +48,11 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     }
 }
 
+/// The `q` quantile (0 to 1) of timings sorted ascending (nearest rank).
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
 /// A private, migrated PostgreSQL cluster for one run.
 pub struct BenchDatabase {
     dir: tempfile::TempDir,
