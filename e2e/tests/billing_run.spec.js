@@ -4,7 +4,9 @@
 // localstripe) spends past 90 %, exactly one alert is raised and delivered
 // to the webhook once, the operator acknowledges it, and the key's page
 // shows the spend.
+const fs = require('node:fs');
 const path = require('node:path');
+const { parse } = require('csv-parse/sync');
 const { execFileSync } = require('node:child_process');
 const { test, expect, accounts } = require('./fixtures');
 
@@ -74,6 +76,13 @@ test('a billing run past 90 % raises one alert, notifies once, and the operator 
   const calls = page.getByRole('region', { name: 'Calls by decision' });
   await expect(calls.getByRole('row', { name: /^Allowed/ })).toContainText('10');
   await expect(page.getByRole('region', { name: 'Latest calls' }).getByRole('row')).toHaveCount(11);
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    page.getByRole('link', { name: 'Download audit CSV' }).click(),
+  ]);
+  const exported = parse(fs.readFileSync(await download.path(), 'utf8'), { columns: true });
+  expect(exported).toHaveLength(10);
+  expect(exported.every((r) => r.vault_key_label === label && r.decision === 'allowed' && r.amount === '500.00')).toBe(true);
 
   // Still exactly one delivery once everything above has happened.
   expect(await deliveriesFor(label)).toHaveLength(1);

@@ -54,8 +54,7 @@ fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
             <div class="actions">
                 <button type="button" class="button button-quiet" disabled
                     title="Cap increases with a second approver arrive with the approvals page">"Request cap increase"</button>
-                <button type="button" class="button button-quiet" disabled
-                    title="The audit log export arrives with the audit log page">"Download audit CSV"</button>
+                <a class="button button-quiet" href=format!("/audit.csv?key={}", key.id) download>"Download audit CSV"</a>
             </div>
         </div>
 
@@ -74,6 +73,7 @@ fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
         <section class="panel" aria-labelledby="latest-heading">
             <h2 id="latest-heading">"Latest calls"</h2>
             <LatestCalls detail=detail.clone()/>
+            <p><a href=format!("/audit?key={}", key.id)>"Every call with this key in the audit log"</a></p>
         </section>
         <KeyAlerts detail=detail.clone()/>
         {revocable.then(|| view! { <RevokeForm id=key.id label=key.label.clone()/> })}
@@ -238,7 +238,7 @@ fn LatestCalls(detail: KeyDetail) -> impl IntoView {
             <tbody>
                 {detail.latest_calls.into_iter().map(|call| view! {
                     <tr class=call.decision.is_refusal().then_some("refused")>
-                        <td class="nowrap">{call.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+                        <td class="nowrap"><a href=format!("/audit/{}", call.id)>{call.at.format("%Y-%m-%d %H:%M:%S").to_string()}</a></td>
                         <td class="nowrap"><code>{format!("{} {}", call.method, call.path)}</code></td>
                         <td>{call.customer.clone().unwrap_or_default()}</td>
                         <td class="num">{call.amount.map(|cents| view! { <Amount cents currency=currency.clone()/> })}</td>

@@ -80,6 +80,14 @@ async fn a_keys_page_shows_its_spend_calls_and_chart(pool: PgPool) {
         "latest calls and the endpoint list"
     );
     assert!(!body.contains("Revoke this key"), "viewers cannot revoke");
+    assert!(
+        body.contains(&format!(r#"href="/audit.csv?key={id}""#)),
+        "the key's CSV"
+    );
+    assert!(
+        body.contains(&format!(r#"href="/audit?key={id}""#)),
+        "its calls in the audit log"
+    );
 
     let spent: i64 = sqlx::query_scalar(
         "SELECT sum(spent_cents)::bigint FROM call_stats WHERE vault_key_id = $1",
