@@ -2,6 +2,10 @@
 //! ISO-8601 UTC times, amounts as integer minor units plus a decimal column,
 //! and every text cell that a spreadsheet would run as a formula neutralised.
 
+use std::fmt::Write;
+
+use csv::ByteRecord;
+
 use crate::domain::AuditCall;
 
 pub const HEADER: [&str; 19] = [
@@ -26,45 +30,64 @@ pub const HEADER: [&str; 19] = [
     "latency_ms",
 ];
 
-/// One call's cells, in [`HEADER`]'s order.
-pub fn record(call: &AuditCall) -> [String; 19] {
-    let text = |value: &Option<String>| neutralise(value.as_deref().unwrap_or(""));
-    let number = |value: Option<i64>| value.map(|n| n.to_string()).unwrap_or_default();
+/// Fills `record` with one call's cells, in [`HEADER`]'s order, reusing
+/// its buffer and `scratch` (an export writes a million rows: no cell
+/// allocates).
+pub fn fill(record: &mut ByteRecord, scratch: &mut String, call: &AuditCall) {
+    record.clear();
+    let number = |record: &mut ByteRecord, scratch: &mut String, n: Option<i64>| {
+        scratch.clear();
+        if let Some(n) = n {
+            let _ = write!(scratch, "{n}");
+        }
+        record.push_field(scratch.as_bytes());
+    };
+    number(record, scratch, Some(call.id));
+    scratch.clear();
+    let _ = write!(scratch, "{}", call.at.format("%Y-%m-%dT%H:%M:%S%.6fZ"));
+    record.push_field(scratch.as_bytes());
+    number(record, scratch, call.vault_key_id);
+    push_text(record, call.key_label.as_deref());
+    push_text(record, call.key_prefix.as_deref());
+    push_text(record, Some(&call.method));
+    push_text(record, Some(&call.path));
+    push_text(record, call.stripe_customer.as_deref());
+    push_text(record, call.metadata_customer_id.as_deref());
+    push_text(record, call.billing_period.as_deref());
+    number(record, scratch, call.amount.map(|c| c.0));
     let decimal = match (call.amount, &call.currency) {
         (Some(amount), Some(currency)) => amount.decimal(currency),
         _ => String::new(),
     };
-    [
-        call.id.to_string(),
-        call.at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
-        number(call.vault_key_id),
-        text(&call.key_label),
-        text(&call.key_prefix),
-        neutralise(&call.method),
-        neutralise(&call.path),
-        text(&call.stripe_customer),
-        text(&call.metadata_customer_id),
-        text(&call.billing_period),
-        number(call.amount.map(|c| c.0)),
-        decimal,
-        call.currency
-            .as_ref()
-            .map(|c| c.as_str().to_owned())
-            .unwrap_or_default(),
-        text(&call.idempotency_key),
-        call.decision.as_str().to_owned(),
-        number(call.upstream_status.map(i64::from)),
-        text(&call.stripe_object_id),
-        text(&call.error_code),
-        number(call.latency_ms.map(i64::from)),
-    ]
+    record.push_field(decimal.as_bytes());
+    record.push_field(call.currency.as_ref().map_or("", |c| c.as_str()).as_bytes());
+    push_text(record, call.idempotency_key.as_deref());
+    record.push_field(call.decision.as_str().as_bytes());
+    number(record, scratch, call.upstream_status.map(i64::from));
+    push_text(record, call.stripe_object_id.as_deref());
+    push_text(record, call.error_code.as_deref());
+    number(record, scratch, call.latency_ms.map(i64::from));
+}
+
+/// A text cell, neutralised when a spreadsheet would run it.
+fn push_text(record: &mut ByteRecord, text: Option<&str>) {
+    let text = text.unwrap_or("");
+    if is_formula(text) {
+        record.push_field(format!("'{text}").as_bytes());
+    } else {
+        record.push_field(text.as_bytes());
+    }
+}
+
+fn is_formula(text: &str) -> bool {
+    text.starts_with(['=', '+', '-', '@', '\t', '\r'])
 }
 
 /// A text cell a spreadsheet would read as a formula (`=`, `+`, `-`, `@`,
 /// tab or carriage return first) gets a leading apostrophe, which makes it
 /// text (OWASP's advice for CSV injection).
 pub fn neutralise(text: &str) -> String {
-    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+    if is_formula(text) {
         format!("'{text}")
     } else {
         text.to_owned()
@@ -108,7 +131,12 @@ mod tests {
             error_code: Some("spend_cap_exceeded".into()),
             latency_ms: Some(3),
         };
-        let cells = record(&call);
+        let mut record = ByteRecord::new();
+        fill(&mut record, &mut String::new(), &call);
+        let cells: Vec<String> = record
+            .iter()
+            .map(|c| String::from_utf8(c.to_vec()).unwrap())
+            .collect();
         assert_eq!(cells.len(), HEADER.len());
         assert_eq!(cells[1], "2026-11-30T14:05:06.123456Z");
         assert_eq!(cells[3], "'=HYPERLINK(\"x\")");

@@ -185,12 +185,14 @@ async fn stream_rows(
     let new_writer = || csv::Writer::from_writer(Vec::with_capacity(CHUNK * 2));
     let mut csv = new_writer();
     let mut sent = 0u64;
+    let (mut record, mut scratch) = (csv::ByteRecord::new(), String::new());
     let failed = |sent, err: &dyn std::fmt::Display| Stop::Failed(sent, err.to_string());
     csv.write_record(audit_csv::HEADER)
         .map_err(|e| failed(sent, &e))?;
     while let Some(row) = rows.try_next().await.map_err(|e| failed(sent, &e))? {
         if let Some(call) = row.call() {
-            csv.write_record(audit_csv::record(&call))
+            audit_csv::fill(&mut record, &mut scratch, &call);
+            csv.write_byte_record(&record)
                 .map_err(|e| failed(sent, &e))?;
             sent += 1;
         }

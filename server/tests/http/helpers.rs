@@ -165,12 +165,16 @@ impl TestApp {
     }
 
     pub async fn send(&self, request: Request<Body>) -> TestResponse {
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("the router answers");
+        let what = format!("{} {}", request.method(), request.uri());
+        // A request never takes this long: fail with its name rather than
+        // hang the whole run.
+        let response = tokio::time::timeout(
+            Duration::from_secs(60),
+            self.router.clone().oneshot(request),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{what} got no answer within 60 s"))
+        .expect("the router answers");
         let status = response.status();
         let headers = response.headers().clone();
         let body = response
