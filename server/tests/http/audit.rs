@@ -356,7 +356,8 @@ async fn a_cancelled_download_stops_its_query(pool: PgPool) {
     assert!(details["rows"].as_u64().unwrap() < 200_000);
     let running: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
-         WHERE state = 'active' AND query LIKE '%FROM audit_log a LEFT JOIN vault_keys%' AND pid <> pg_backend_pid()",
+         WHERE datname = current_database() AND state = 'active'
+           AND query LIKE '%FROM audit_log a LEFT JOIN vault_keys%' AND pid <> pg_backend_pid()",
     )
     .fetch_one(&pool)
     .await
