@@ -8,8 +8,9 @@ use leptos_router::{
 use crate::{
     components::Layout,
     pages::{
-        ActionLogPage, AlertsPage, ApprovalsPage, AuditCallPage, AuditLogPage, KeyPage, LoginPage,
-        NewKeyPage, NotFoundPage, OperatorsPage, OverviewPage, ReconciliationPage, VaultKeysPage,
+        ActionLogPage, AlertsPage, ApprovalsPage, AuditCallPage, AuditLogPage, CapIncreasePage,
+        KeyPage, LoginPage, NewKeyPage, NotFoundPage, OperatorsPage, OverviewPage,
+        ReconciliationPage, VaultKeysPage,
     },
 };
 
@@ -50,6 +51,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/keys") view=VaultKeysPage/>
                     <Route path=path!("/keys/new") view=NewKeyPage/>
                     <Route path=path!("/keys/:id") view=KeyPage/>
+                    <Route path=path!("/keys/:id/cap-increase") view=CapIncreasePage/>
                     <Route path=path!("/alerts") view=AlertsPage/>
                     <Route path=path!("/audit") view=AuditLogPage/>
                     <Route path=path!("/audit/:id") view=AuditCallPage/>

@@ -78,6 +78,18 @@ pub struct ServeArgs {
     #[arg(long = "alert-webhook", env = "VAULTCAP_ALERT_WEBHOOKS", value_delimiter = ',', value_parser = parse_webhook)]
     pub alert_webhooks: Vec<String>,
 
+    /// Hours a cap increase request waits for a decision before it expires
+    /// (sooner when its key expires first).
+    #[arg(long, env = "VAULTCAP_CAP_REQUEST_TTL_HOURS", default_value_t = 24,
+          value_parser = clap::value_parser!(i64).range(1..=720))]
+    pub cap_request_ttl_hours: i64,
+
+    /// The most a cap may be raised to, in percent of the key's expected
+    /// total.
+    #[arg(long, env = "VAULTCAP_CAP_CEILING_PCT", default_value_t = 300,
+          value_parser = clap::value_parser!(u32).range(100..=10_000))]
+    pub cap_ceiling_pct: u32,
+
     #[command(flatten)]
     pub stripe: StripeArgs,
 }

@@ -7,7 +7,7 @@ use leptos_router::{
 use super::{ErrorPanel, NoticeBanner};
 use crate::{
     domain::{Me, Notice, Role},
-    server_fns::{get_me, open_alert_count, take_notice},
+    server_fns::{get_me, open_alert_count, pending_approval_count, take_notice},
 };
 
 /// The console's frame: brand, navigation, who is signed in, sign-out, the
@@ -17,6 +17,7 @@ pub fn Layout() -> impl IntoView {
     let me = OnceResource::new(get_me());
     let notice = OnceResource::new(take_notice());
     let open_alerts = OnceResource::new(open_alert_count());
+    let pending_approvals = OnceResource::new(pending_approval_count());
     view! {
         <Suspense>
             {move || Suspend::new(async move {
@@ -24,8 +25,11 @@ pub fn Layout() -> impl IntoView {
                     Ok(Some(me)) => {
                         provide_context(me.clone());
                         let notice = notice.await.ok().flatten();
-                        let open_alerts = open_alerts.await.unwrap_or(0);
-                        view! { <Frame me notice open_alerts/> }.into_any()
+                        let counts = NavCounts {
+                            open_alerts: open_alerts.await.unwrap_or(0),
+                            pending_approvals: pending_approvals.await.unwrap_or(0),
+                        };
+                        view! { <Frame me notice counts/> }.into_any()
                     }
                     // The server sends anonymous visitors to the sign-in page
                     // before rendering; this covers a session that ended while
@@ -46,14 +50,21 @@ pub fn Layout() -> impl IntoView {
 // its markup, and the whole frame as one type overflows the compiler's
 // recursion limit where the router is instantiated.
 
+/// What the navigation's badges count.
+#[derive(Debug, Clone, Copy)]
+struct NavCounts {
+    open_alerts: i64,
+    pending_approvals: i64,
+}
+
 #[component]
-fn Frame(me: Me, notice: Option<Notice>, open_alerts: i64) -> impl IntoView {
+fn Frame(me: Me, notice: Option<Notice>, counts: NavCounts) -> impl IntoView {
     let is_admin = me.role.allows(Role::Admin);
     view! {
         <a class="skip-link" href="#main">"Skip to content"</a>
         <div class="frame">
             <TopBar me/>
-            <MainNav is_admin open_alerts/>
+            <MainNav is_admin counts/>
             <main class="content" id="main">
                 {notice.map(|notice| view! { <PageNotice notice/> })}
                 <Outlet/>
@@ -95,22 +106,24 @@ fn TopBar(me: Me) -> impl IntoView {
 }
 
 #[component]
-fn MainNav(is_admin: bool, open_alerts: i64) -> impl IntoView {
-    let badge = (open_alerts > 0).then(|| {
-        view! {
-            <span class="badge" aria-label=format!("{open_alerts} open")>{open_alerts}</span>
-        }
-    });
+fn MainNav(is_admin: bool, counts: NavCounts) -> impl IntoView {
+    let badge = |count: i64, what: &'static str| {
+        (count > 0).then(|| {
+            view! {
+                <span class="badge" aria-label=format!("{count} {what}")>{count}</span>
+            }
+        })
+    };
     view! {
         <nav class="sidenav" aria-label="Main">
             <ul>
                 <li><A href="/" exact=true>"Overview"</A></li>
                 <li><A href="/keys">"Vault keys"</A></li>
-                <li><A href="/alerts">"Alerts" {badge}</A></li>
+                <li><A href="/alerts">"Alerts" {badge(counts.open_alerts, "open")}</A></li>
                 <li><A href="/audit">"Audit log"</A></li>
                 <li><A href="/actions">"Action log"</A></li>
                 <li><A href="/reconciliation">"Reconciliation"</A></li>
-                <li><A href="/approvals">"Approvals"</A></li>
+                <li><A href="/approvals">"Approvals" {badge(counts.pending_approvals, "waiting")}</A></li>
                 {is_admin.then(|| view! { <li><A href="/operators">"Operators"</A></li> })}
             </ul>
         </nav>

@@ -272,6 +272,10 @@ pub struct KeyDetail {
     pub latest_calls: Vec<CallSummary>,
     /// The key's alerts, newest first.
     pub alerts: Vec<super::Alert>,
+    /// Every cap increase asked for on this key, newest first.
+    pub cap_history: Vec<super::CapIncrease>,
+    /// The key this one is a follow-on of.
+    pub parent_key_id: Option<i64>,
     /// Cumulative spend against the cap and the expected total, rendered
     /// on the server (an SVG document).
     pub spend_chart_svg: String,

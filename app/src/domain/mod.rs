@@ -4,6 +4,7 @@
 mod action_query;
 mod alert;
 mod audit_query;
+mod cap_increase;
 mod decision;
 mod email;
 mod endpoint;
@@ -18,6 +19,10 @@ pub use alert::{Alert, AlertState, AlertsView};
 pub use audit_query::{
     AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, Cursor, DecisionFilter,
     Position, AUDIT_PAGE_SIZES, DEFAULT_AUDIT_PAGE_SIZE,
+};
+pub use cap_increase::{
+    ApplyAs, ApprovalsView, CapIncrease, CapIncreaseDraft, CapIncreaseForm, CapSuggestion,
+    RequestState,
 };
 pub use decision::Decision;
 pub use email::Email;

@@ -141,6 +141,9 @@ fn AlertRow(alert: Alert, assignees: Vec<(i64, String)>, can_act: bool) -> impl 
             {(can_act).then(|| view! {
                 <td>
                     {(!acknowledged).then(|| view! { <div class="alert-actions"><AlertActions id assignees/></div> })}
+                    {(alert.kind != "expiring").then(|| view! {
+                        <a href=format!("/keys/{}/cap-increase?origin=alert:{id}", alert.vault_key_id)>"Request cap increase"</a>
+                    })}
                 </td>
             })}
         </tr>

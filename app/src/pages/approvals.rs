@@ -1,23 +1,192 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{RequireRole, Upcoming},
-    domain::Role,
+    components::{utc, ErrorPanel, RequireRole},
+    domain::{ApprovalsView, CapIncrease, Me, RequestState, Role},
+    server_fns::list_approvals,
 };
 
+/// Cap increases waiting for a decision, and the history. Approvers other
+/// than the requester approve or reject each with a note (the four-eyes
+/// rule); everyone else reads.
 #[component]
 pub fn ApprovalsPage() -> impl IntoView {
+    let query = use_query_map();
+    let tab = move || query.with(|q| q.get("tab"));
+    let view_data = Resource::new(tab, list_approvals);
+    let me = StoredValue::new(use_context::<Me>());
     view! {
         <Title text="Approvals"/>
         <RequireRole role=Role::Viewer>
             <h1>"Approvals"</h1>
-            <Upcoming>
-                <p>
-                    "Requests to raise a key's cap will wait here for a decision. An approver other "
-                    "than the requester approves or rejects each one with a note (the four-eyes rule)."
-                </p>
-            </Upcoming>
+            <Suspense>
+                {move || {
+                    let me = me.get_value();
+                    Suspend::new(async move {
+                        let shown = tab().unwrap_or_else(|| "pending".into());
+                        match view_data.await {
+                            Ok(data) => view! {
+                                <ApprovalTabs data=data.clone() shown=shown.clone()/>
+                                <RequestTable data shown me/>
+                            }.into_any(),
+                            Err(error) => view! { <ErrorPanel error/> }.into_any(),
+                        }
+                    })
+                }}
+            </Suspense>
         </RequireRole>
     }
+}
+
+#[component]
+fn ApprovalTabs(data: ApprovalsView, shown: String) -> impl IntoView {
+    let tabs = [
+        ("pending", "Waiting for a decision", data.pending),
+        ("history", "History", data.history),
+    ];
+    view! {
+        <nav class="tabs" aria-label="Requests">
+            {tabs.into_iter().map(|(value, label, count)| {
+                let current = (shown == value).then_some("page");
+                view! {
+                    <a href=format!("/approvals?tab={value}") aria-current=current>
+                        {label} " " <span class="count">{count}</span>
+                    </a>
+                }
+            }).collect_view()}
+        </nav>
+    }
+    .into_any()
+}
+
+#[component]
+fn RequestTable(data: ApprovalsView, shown: String, me: Option<Me>) -> impl IntoView {
+    let pending = shown != "history";
+    if data.requests.is_empty() {
+        let message = if pending {
+            "Nothing waits for a decision. Requests to raise a key's cap appear here; an approver other than the requester decides each."
+        } else {
+            "No cap increase has been decided or has expired yet."
+        };
+        return view! { <section class="panel"><p>{message}</p></section> }.into_any();
+    }
+    let can_decide = me.as_ref().is_some_and(|me| me.role.allows(Role::Approver));
+    let me_id = me.map(|me| me.id);
+    view! {
+        <table class="data approvals">
+            <thead>
+                <tr>
+                    <th scope="col">"Requested (UTC)"</th>
+                    <th scope="col">"Key"</th>
+                    <th scope="col" class="num">"Cap now → requested"</th>
+                    <th scope="col">"Reason"</th>
+                    <th scope="col">{if pending { "Decision" } else { "Outcome" }}</th>
+                </tr>
+            </thead>
+            <tbody>
+                {data.requests.into_iter().map(|request| {
+                    let own = me_id.is_some() && request.requested_by_id == me_id;
+                    view! { <RequestRow request can_decide own/> }
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
+}
+
+#[component]
+fn RequestRow(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoView {
+    let id = request.id;
+    let currency = request.currency();
+    let state = request.state();
+    let pct = request.utilization_pct();
+    let util_class = if pct >= 90 { "util-high" } else { "" };
+    view! {
+        <tr data-request=id>
+            <td class="nowrap">
+                {utc(request.requested_at)}
+                <div class="hint">{format!("{} ago · #{id}", request.age())}</div>
+            </td>
+            <td>
+                <a href=format!("/keys/{}", request.vault_key_id)>{request.key_label.clone()}</a>
+                <div class=format!("hint {util_class}")>{format!(
+                    "{pct} % used of {} {currency}",
+                    crate::domain::Cents(request.key_cap_cents).format(&currency)
+                )}</div>
+            </td>
+            <td class="num nowrap">
+                <span class="amount">{request.change()}</span>
+                <div class="hint">{request.apply_as().label()}</div>
+            </td>
+            <td>
+                <div class="reason">{request.reason.clone()}</div>
+                <div class="hint">{format!("by {} {}", request.requested_by, request.origin_label())}</div>
+            </td>
+            <td>
+                {match state {
+                    RequestState::Pending => view! {
+                        <PendingCell request=request.clone() can_decide own/>
+                    }.into_any(),
+                    _ => view! { <Outcome request=request.clone()/> }.into_any(),
+                }}
+            </td>
+        </tr>
+    }
+    .into_any()
+}
+
+#[component]
+fn PendingCell(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoView {
+    let id = request.id;
+    let expires =
+        view! { <div class="hint">{format!("expires {}", utc(request.expires_at))}</div> };
+    if own {
+        return view! {
+            <p class="hint">"You asked for this increase: another approver decides it (four-eyes rule)."</p>
+            {expires}
+        }
+        .into_any();
+    }
+    if !can_decide {
+        return view! { <p class="hint">"Waiting for an approver."</p> {expires} }.into_any();
+    }
+    view! {
+        <form class="decide-form" method="post" action=format!("/approvals/{id}/decide")>
+            <label class="visually-hidden" for=format!("decision-note-{id}")>{format!("Note on request {id}")}</label>
+            <input id=format!("decision-note-{id}") name="note" type="text" maxlength="2000"
+                placeholder="Note (required to reject)"/>
+            <div class="row-form">
+                <button type="submit" name="verdict" value="approve" class="button button-primary"
+                    aria-label=format!("Approve request {id}")>"Approve"</button>
+                <button type="submit" name="verdict" value="reject" class="button button-quiet"
+                    aria-label=format!("Reject request {id}")>"Reject"</button>
+            </div>
+        </form>
+        {expires}
+    }
+    .into_any()
+}
+
+#[component]
+fn Outcome(request: CapIncrease) -> impl IntoView {
+    let state = request.state();
+    let detail = match state {
+        RequestState::Expired => format!("undecided by {}", utc(request.expires_at)),
+        _ => format!(
+            "by {} at {}",
+            request.decided_by.clone().unwrap_or_default(),
+            request.decided_at.map(utc).unwrap_or_default()
+        ),
+    };
+    view! {
+        <span class=format!("status status-request-{}", state.as_str())>{state.as_str()}</span>
+        <div class="hint">{detail}</div>
+        {request.decision_note.clone().map(|note| view! { <div class="hint">{format!("Note: {note}")}</div> })}
+        {request.follow_on_key_id.map(|key| view! {
+            <div><a href=format!("/keys/{key}")>"Follow-on key"</a></div>
+        })}
+    }
+    .into_any()
 }

@@ -4,7 +4,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{AuditCallDetail, AuditQuery, Role},
+    domain::{AuditCallDetail, AuditQuery, Decision, Me, Role},
     error::AppError,
     server_fns::get_audit_call,
 };
@@ -56,6 +56,11 @@ fn CallDetail(detail: AuditCallDetail) -> impl IntoView {
     let same_idempotency = same(|q, v| q.idempotency_key = Some(v), &call.idempotency_key);
     let same_customer = same(|q, v| q.customer_id = Some(v), &call.metadata_customer_id);
     let amount = call.amount.zip(call.currency.clone());
+    let can_act = use_context::<Me>().is_some_and(|me| me.role.allows(Role::Operator));
+    let raise = call
+        .vault_key_id
+        .filter(|_| can_act && call.decision == Decision::RefusedCap)
+        .map(|key| format!("/keys/{key}/cap-increase?origin=call:{}", call.id));
     view! {
         <Title text=title.clone()/>
         <p class="breadcrumb"><a href="/audit">"Audit log"</a> " / " {title.clone()}</p>
@@ -87,6 +92,9 @@ fn CallDetail(detail: AuditCallDetail) -> impl IntoView {
                 <div><dt>"Request id"</dt><dd><code>{detail.request_id.clone()}</code></dd></div>
             </dl>
             {detail.message.clone().map(|message| view! { <p class="call-message">{message}</p> })}
+            {raise.map(|href| view! {
+                <p><a class="button button-quiet" href=href>"Request cap increase"</a></p>
+            })}
         </section>
         <section class="panel">
             <h2>"Related calls"</h2>

@@ -4,7 +4,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole, UtilizationMeter},
-    domain::{Cents, KeyDetail, KeyStatus, KeySummary, Me, Role},
+    domain::{ApplyAs, Cents, KeyDetail, KeyStatus, KeySummary, Me, RequestState, Role},
     error::AppError,
     server_fns::get_vault_key,
 };
@@ -45,6 +45,7 @@ pub fn KeyPage() -> impl IntoView {
 fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
     let key = detail.key.clone();
     let revocable = can_act && key.status != KeyStatus::Revoked;
+    let raisable = can_act && key.status == KeyStatus::Active;
     let title = key.label.clone();
     view! {
         <Title text=title/>
@@ -52,8 +53,9 @@ fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
         <div class="page-head">
             <h1>{key.label.clone()} " " <span class=format!("status status-{}", key.status.as_str())>{key.status.as_str()}</span></h1>
             <div class="actions">
-                <button type="button" class="button button-quiet" disabled
-                    title="Cap increases with a second approver arrive with the approvals page">"Request cap increase"</button>
+                {raisable.then(|| view! {
+                    <a class="button button-quiet" href=format!("/keys/{}/cap-increase", key.id)>"Request cap increase"</a>
+                })}
                 <a class="button button-quiet" href=format!("/audit.csv?key={}", key.id) download>"Download audit CSV"</a>
             </div>
         </div>
@@ -76,6 +78,7 @@ fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
             <p><a href=format!("/audit?key={}", key.id)>"Every call with this key in the audit log"</a></p>
         </section>
         <KeyAlerts detail=detail.clone()/>
+        <CapHistory detail=detail.clone()/>
         {revocable.then(|| view! { <RevokeForm id=key.id label=key.label.clone()/> })}
     }
     .into_any()
@@ -142,6 +145,76 @@ fn KeyAlerts(detail: KeyDetail) -> impl IntoView {
                     <p><a href="/alerts?state=all">"All alerts"</a></p>
                 }.into_any()
             }}
+        </section>
+    }
+    .into_any()
+}
+
+/// Every cap increase asked for on this key: what was asked, by whom and
+/// why, and what became of it.
+#[component]
+fn CapHistory(detail: KeyDetail) -> impl IntoView {
+    let currency = detail.key.currency.clone();
+    let approved_raises: i64 = detail
+        .cap_history
+        .iter()
+        .filter(|r| r.state() == RequestState::Approved && r.apply_as() == ApplyAs::RaiseCap)
+        .map(|r| r.additional().0)
+        .sum();
+    let issued_with = Cents(detail.key.cap.0 - approved_raises);
+    view! {
+        <section class="panel" aria-labelledby="cap-history-heading">
+            <h2 id="cap-history-heading">"Cap history"</h2>
+            <table class="data compact">
+                <thead>
+                    <tr>
+                        <th scope="col">"Requested (UTC)"</th>
+                        <th scope="col" class="num">"Cap"</th>
+                        <th scope="col">"Reason"</th>
+                        <th scope="col">"Outcome"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {detail.cap_history.into_iter().map(|request| {
+                        let state = request.state();
+                        let outcome = match state {
+                            RequestState::Pending => format!("waiting for an approver until {}", utc(request.expires_at)),
+                            RequestState::Expired => format!("expired undecided at {}", utc(request.expires_at)),
+                            _ => format!(
+                                "{} by {} at {}{}",
+                                state.as_str(),
+                                request.decided_by.clone().unwrap_or_default(),
+                                request.decided_at.map(utc).unwrap_or_default(),
+                                request.decision_note.as_ref().map(|n| format!(": {n}")).unwrap_or_default()
+                            ),
+                        };
+                        view! {
+                            <tr data-request=request.id>
+                                <td class="nowrap">{utc(request.requested_at)}</td>
+                                <td class="num nowrap">
+                                    <span class="amount">{request.change()}</span>
+                                    <div class="hint">{request.apply_as().label()}</div>
+                                </td>
+                                <td>{request.reason.clone()}<div class="hint">{format!("by {} {}", request.requested_by, request.origin_label())}</div></td>
+                                <td>
+                                    <span class=format!("status status-request-{}", state.as_str())>{state.as_str()}</span>
+                                    <div class="hint">{outcome}</div>
+                                    {request.follow_on_key_id.map(|key| view! { <a href=format!("/keys/{key}")>"Follow-on key"</a> })}
+                                </td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                    <tr>
+                        <td class="nowrap">{utc(detail.created_at)}</td>
+                        <td class="num"><Amount cents=issued_with currency=currency.clone()/></td>
+                        <td>"Issued"</td>
+                        <td class="hint">{detail.parent_key_id.map(|parent| format!("follow-on of key {parent}")).unwrap_or_default()}</td>
+                    </tr>
+                </tbody>
+            </table>
+            {detail.parent_key_id.map(|parent| view! {
+                <p><a href=format!("/keys/{parent}")>"The key this one extends"</a></p>
+            })}
         </section>
     }
     .into_any()

@@ -4,6 +4,7 @@
 
 mod alerts;
 mod audit;
+mod cap_increases;
 mod me;
 mod operators;
 mod overview;
@@ -11,6 +12,10 @@ mod vault_keys;
 
 pub use alerts::{list_alerts, open_alert_count, ListAlerts, OpenAlertCount};
 pub use audit::{get_audit_call, list_actions, list_audit, GetAuditCall, ListActions, ListAudit};
+pub use cap_increases::{
+    get_cap_increase_form, list_approvals, pending_approval_count, GetCapIncreaseForm,
+    ListApprovals, PendingApprovalCount,
+};
 pub use me::{get_me, take_notice, GetMe, TakeNotice};
 pub use operators::{list_operators, ListOperators};
 pub use overview::{get_overview, GetOverview};

@@ -37,7 +37,7 @@ pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
         domain::{BillingPeriod, Role},
         ssr::{
             self, charts,
-            data::{alerts, audit, call_stats, vault_keys},
+            data::{alerts, audit, call_stats, cap_increases, vault_keys},
         },
     };
     ssr::auth::require(Role::Viewer)?;
@@ -70,6 +70,8 @@ pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
         calls: call_stats::by_decision(pool, id).await?,
         latest_calls: audit::latest_for_key(pool, id, 20).await?,
         alerts: alerts::list(pool, Some(id), None, 20).await?,
+        cap_history: cap_increases::list(pool, cap_increases::Listing::Key(id), 100).await?,
+        parent_key_id: row.key.parent_key_id,
         spend_chart_svg,
         key,
     })

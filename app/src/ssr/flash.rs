@@ -2,7 +2,7 @@
 
 use tower_sessions::Session;
 
-use crate::domain::{FieldErrors, KeyDraft, Notice, Suggestion};
+use crate::domain::{CapIncreaseDraft, FieldErrors, KeyDraft, Notice, Suggestion};
 
 const KEY: &str = "notice";
 
@@ -52,4 +52,20 @@ pub async fn set_key_suggestion(session: &Session, suggestion: &Suggestion) {
 
 pub async fn key_suggestion(session: &Session) -> Option<Suggestion> {
     session.get(KEY_SUGGESTION).await.ok().flatten()
+}
+
+const CAP_INCREASE_DRAFT: &str = "cap_increase_draft";
+
+/// The cap increase form as typed when it was refused, kept under `id` like
+/// [`set_key_draft`].
+pub async fn set_cap_increase_draft(session: &Session, id: &str, draft: &CapIncreaseDraft) {
+    if let Err(err) = session.insert(CAP_INCREASE_DRAFT, (id, draft)).await {
+        tracing::error!(error = %err, "could not store a form in the session");
+    }
+}
+
+pub async fn cap_increase_draft(session: &Session, id: &str) -> Option<CapIncreaseDraft> {
+    let (stored, draft): (String, CapIncreaseDraft) =
+        session.get(CAP_INCREASE_DRAFT).await.ok().flatten()?;
+    (stored == id).then_some(draft)
 }

@@ -3,6 +3,7 @@
 pub mod accounts;
 pub mod audit_csv;
 pub mod auth;
+pub mod cap_increases;
 pub mod charts;
 pub mod data;
 pub mod flash;
@@ -10,4 +11,4 @@ pub mod secrets;
 mod state;
 pub mod vault_keys;
 
-pub use state::{AppState, AuthConfig};
+pub use state::{AppState, AuthConfig, CapIncreaseRules};

@@ -12,6 +12,26 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub pool: PgPool,
     pub auth: Arc<AuthConfig>,
+    pub cap_increases: CapIncreaseRules,
+}
+
+/// How cap increase requests are bounded.
+#[derive(Debug, Clone, Copy)]
+pub struct CapIncreaseRules {
+    /// A request not decided within this long expires (sooner if its key
+    /// expires first).
+    pub request_ttl: chrono::Duration,
+    /// The most a key may be raised to, in percent of its expected total.
+    pub ceiling_pct: u32,
+}
+
+impl Default for CapIncreaseRules {
+    fn default() -> Self {
+        Self {
+            request_ttl: chrono::Duration::hours(24),
+            ceiling_pct: 300,
+        }
+    }
 }
 
 /// Session and sign-in rules.

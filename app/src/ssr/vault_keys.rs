@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::{
     data::{
@@ -81,6 +81,20 @@ pub async fn issue(
     actor: Actor,
     key: NewVaultKey,
 ) -> Result<(String, VaultKeyRow), AppError> {
+    let mut tx = pool.begin().await?;
+    let issued = issue_in(&mut tx, actor, key, None).await?;
+    tx.commit().await?;
+    Ok(issued)
+}
+
+/// [`issue`] inside the caller's transaction; `parent` is the key a
+/// follow-on key extends.
+pub async fn issue_in(
+    tx: &mut PgConnection,
+    actor: Actor,
+    key: NewVaultKey,
+    parent: Option<i64>,
+) -> Result<(String, VaultKeyRow), AppError> {
     key.validate(Utc::now())?;
     let secret = Secret::generate("vk_");
     let mut endpoints: Vec<String> = key
@@ -95,7 +109,6 @@ pub async fn issue(
         Actor::ApiToken { id } => (None, Some(id)),
         Actor::Cli | Actor::System => (None, None),
     };
-    let mut tx = pool.begin().await?;
     let row = vault_keys::insert(
         &mut *tx,
         &NewKeyRow {
@@ -112,6 +125,7 @@ pub async fn issue(
             alert_thresholds_pct: &key.alert_thresholds_pct,
             created_by,
             created_by_token,
+            parent_key_id: parent,
         },
     )
     .await?;
@@ -122,10 +136,9 @@ pub async fn issue(
         "vault_key",
         Some(row.id.to_string()),
         json!({ "label": row.label, "billing_period": row.billing_period, "cap_cents": row.cap_cents,
-                "currency": row.currency, "prefix": row.secret_prefix }),
+                "currency": row.currency, "prefix": row.secret_prefix, "parent_key_id": parent }),
     )
     .await?;
-    tx.commit().await?;
     Ok((secret.plaintext, row))
 }
 

@@ -2,6 +2,7 @@
 //! Errors have one shape: `{"error": {"code": "…", "message": "…"}}`.
 
 pub mod alerts;
+pub mod cap_increases;
 pub mod keys;
 mod openapi;
 

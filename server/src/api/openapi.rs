@@ -5,18 +5,20 @@ use utoipa::{
     Modify, OpenApi,
 };
 
-use super::{alerts, keys, ApiErrorBody, ApiErrorDetail};
+use super::{alerts, cap_increases, keys, ApiErrorBody, ApiErrorDetail};
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "Vaultcap key API",
-        description = "Vault keys for billing jobs, and their alerts. Authenticate with an admin API token \
+        description = "Vault keys for billing jobs, their cap increase requests and their alerts. Authenticate with an admin API token \
                        (`vaultcap token add`) as `Authorization: Bearer …`."
     ),
-    paths(keys::create, keys::list, keys::show, keys::revoke, alerts::list, alerts::acknowledge),
+    paths(keys::create, keys::list, keys::show, keys::revoke, cap_increases::create, cap_increases::list,
+        alerts::list, alerts::acknowledge),
     components(schemas(keys::CreateKey, keys::KeyView, keys::CreatedKey, keys::Revoke,
-        alerts::AlertView, alerts::Deliveries, alerts::Acknowledge, ApiErrorBody, ApiErrorDetail)),
+        alerts::AlertView, alerts::Deliveries, alerts::Acknowledge, cap_increases::CreateRequest,
+        cap_increases::RequestView, ApiErrorBody, ApiErrorDetail)),
     modifiers(&ApiTokenAuth)
 )]
 struct ApiDoc;

@@ -6,7 +6,7 @@ use app::{
     ssr::{
         accounts,
         data::{alerts, spend},
-        AppState, AuthConfig,
+        AppState, AuthConfig, CapIncreaseRules,
     },
 };
 use leptos::config::LeptosOptions;
@@ -82,6 +82,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             secure_cookies: args.secure_cookies,
             ..AuthConfig::default()
         }),
+        cap_increases: CapIncreaseRules {
+            request_ttl: chrono::Duration::hours(args.cap_request_ttl_hours),
+            ceiling_pct: args.cap_ceiling_pct,
+        },
     };
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await

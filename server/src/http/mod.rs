@@ -4,6 +4,7 @@
 mod alerts;
 mod audit_export;
 mod auth;
+mod cap_increases;
 mod error;
 mod forms;
 mod operators;
@@ -57,6 +58,11 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .route("/audit.csv", get(audit_export::console))
         .route("/keys/{id}/revoke", post(vault_keys::revoke))
         .route(
+            "/keys/{id}/cap-increase-requests",
+            post(cap_increases::request),
+        )
+        .route("/approvals/{id}/decide", post(cap_increases::decide))
+        .route(
             "/keys/suggestion",
             post(vault_keys::suggest).layer(DefaultBodyLimit::max(vault_keys::MAX_SUGGESTION_CSV)),
         )
@@ -87,6 +93,7 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .merge(
             crate::api::keys::router()
                 .merge(crate::api::alerts::router())
+                .merge(crate::api::cap_increases::router())
                 .route("/api/audit.csv", get(audit_export::api))
                 .layer(DefaultBodyLimit::max(MAX_FORM_BODY)),
         )

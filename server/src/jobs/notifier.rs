@@ -1,12 +1,13 @@
-//! Delivers alert notifications to the configured webhooks.
+//! Delivers alert and cap increase notifications to the configured webhooks.
 //!
-//! Alerts are queued in `alert_notifications` in the same transaction that
+//! Alerts and cap increase requests (made, decided) are queued in `alert_notifications` in the same transaction that
 //! raises them (the outbox); this job plans one delivery per webhook and
 //! posts each until it succeeds, with backoff. Nothing here runs inside the
 //! proxy's path: a webhook that is down delays only its own deliveries.
 //!
 //! The body is Slack incoming-webhook compatible (`text`) and carries the
-//! alert as JSON for any other receiver (`event`, `alert`).
+//! subject as JSON for any other receiver (`event`, and `alert` or
+//! `cap_increase`).
 
 use std::time::Duration;
 
@@ -14,7 +15,13 @@ use futures::future::join_all;
 use serde_json::json;
 use sqlx::{postgres::PgListener, PgPool};
 
-use app::ssr::data::alerts::{self, Alert};
+use app::{
+    domain::CapIncrease,
+    ssr::data::{
+        alerts::{self, Alert},
+        cap_increases,
+    },
+};
 
 /// The longest a due retry waits for its pass.
 const POLL: Duration = Duration::from_secs(5);
@@ -46,7 +53,9 @@ struct Due {
     id: i64,
     url: String,
     attempts: i32,
-    alert_id: i64,
+    event: String,
+    alert_id: Option<i64>,
+    cap_increase_request_id: Option<i64>,
 }
 
 impl Notifier {
@@ -124,7 +133,7 @@ impl Notifier {
         let mut tx = self.pool.begin().await?;
         // Locked for the attempt, so two servers never post the same one.
         let due: Vec<Due> = sqlx::query_as(
-            "SELECT d.id, d.url, d.attempts, n.alert_id
+            "SELECT d.id, d.url, d.attempts, n.event, n.alert_id, n.cap_increase_request_id
              FROM alert_deliveries d JOIN alert_notifications n ON n.id = d.notification_id
              WHERE d.state = 'pending' AND d.next_attempt_at <= now()
              ORDER BY d.next_attempt_at LIMIT $1
@@ -135,8 +144,16 @@ impl Notifier {
         .await?;
         let mut bodies = Vec::with_capacity(due.len());
         for delivery in &due {
-            let alert = alerts::find(&mut *tx, delivery.alert_id).await?;
-            bodies.push(alert.map(|alert| notification(&alert)));
+            let body = match (delivery.alert_id, delivery.cap_increase_request_id) {
+                (Some(id), _) => alerts::find(&mut *tx, id)
+                    .await?
+                    .map(|alert| notification(&alert)),
+                (None, Some(id)) => cap_increases::find(&mut *tx, id)
+                    .await?
+                    .map(|request| cap_increase_notification(&delivery.event, &request)),
+                (None, None) => None,
+            };
+            bodies.push(body);
         }
         let outcomes = join_all(
             due.iter()
@@ -198,7 +215,7 @@ impl Notifier {
         url: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<u16, (Option<u16>, String)> {
-        let body = body.ok_or((None, "the alert no longer exists".to_owned()))?;
+        let body = body.ok_or((None, "its subject no longer exists".to_owned()))?;
         let response = self
             .client
             .post(url)
@@ -237,6 +254,36 @@ fn notification(alert: &Alert) -> serde_json::Value {
             "cap_cents": alert.cap_cents,
             "amount_cents": alert.amount_cents,
             "raised_at": alert.raised_at,
+        },
+    })
+}
+
+/// A cap increase event's body: made (`cap_increase.requested`) or
+/// decided (`cap_increase.decided`). Always the request as it is now, so a
+/// late retry of the first event still tells the truth.
+fn cap_increase_notification(event: &str, request: &CapIncrease) -> serde_json::Value {
+    let text = if event == "cap_increase.requested" {
+        request.describe_request()
+    } else {
+        request.describe_decision()
+    };
+    json!({
+        "text": format!("Vaultcap approval: {text}"),
+        "event": event,
+        "cap_increase": {
+            "id": request.id,
+            "vault_key_id": request.vault_key_id,
+            "key_label": request.key_label,
+            "currency": request.currency,
+            "from_cap_cents": request.from_cap_cents,
+            "to_cap_cents": request.to_cap_cents,
+            "apply_as": request.apply_as,
+            "reason": request.reason,
+            "state": request.state,
+            "requested_by": request.requested_by,
+            "decided_by": request.decided_by,
+            "decision_note": request.decision_note,
+            "message": text,
         },
     })
 }

@@ -70,7 +70,7 @@ async fn a_key_close_to_expiry_with_unspent_expected_billing_raises_one_alert(po
 }
 
 /// A webhook receiver that answers `status` and keeps what it was sent.
-async fn receiver(status: StatusCode) -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
+pub(crate) async fn receiver(status: StatusCode) -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
     let received = Arc::new(Mutex::new(Vec::new()));
     let router = Router::new()
         .route(

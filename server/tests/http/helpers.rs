@@ -61,6 +61,7 @@ impl TestApp {
             leptos_options: LeptosOptions::builder().output_name("vaultcap").build(),
             pool: pool.clone(),
             auth: Arc::new(auth),
+            cap_increases: Default::default(),
         };
         Self {
             router: server::http::router(state, upstream),

@@ -8,6 +8,7 @@ mod helpers;
 mod alerts;
 mod audit;
 mod auth;
+mod cap_increases;
 mod key_api;
 mod key_pages;
 mod new_key;

@@ -7,6 +7,7 @@ pub mod api_tokens;
 pub mod audit;
 pub mod billing_records;
 pub mod call_stats;
+pub mod cap_increases;
 pub mod keyset;
 pub mod login_failures;
 pub mod operators;

@@ -27,6 +27,8 @@ pub struct VaultKeyRow {
     pub revoke_reason: Option<String>,
     pub alert_thresholds_pct: Vec<i16>,
     pub created_at: DateTime<Utc>,
+    /// Set on a follow-on key issued for a cap increase.
+    pub parent_key_id: Option<i64>,
 }
 
 impl VaultKeyRow {
@@ -62,7 +64,7 @@ impl VaultKeyRow {
 
 const COLUMNS: &str = "id, label, secret_prefix, billing_period, currency, expected_total_cents, buffer_bps,
     cap_cents, spent_cents, reserved_cents, allowed_endpoints, expires_at, revoked_at, revoke_reason,
-    alert_thresholds_pct, created_at";
+    alert_thresholds_pct, created_at, parent_key_id";
 
 /// What a new key row holds; the caller has validated it.
 pub struct NewKeyRow<'a> {
@@ -79,6 +81,8 @@ pub struct NewKeyRow<'a> {
     pub alert_thresholds_pct: &'a [i16],
     pub created_by: Option<i64>,
     pub created_by_token: Option<i64>,
+    /// The key a follow-on key extends.
+    pub parent_key_id: Option<i64>,
 }
 
 pub async fn insert(
@@ -88,8 +92,8 @@ pub async fn insert(
     sqlx::query_as(&format!(
         "INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
              expected_total_cents, buffer_bps, cap_cents, allowed_endpoints, expires_at, created_by, created_by_token,
-             alert_thresholds_pct)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             alert_thresholds_pct, parent_key_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
          RETURNING {COLUMNS}"
     ))
     .bind(key.secret_hash)
@@ -105,6 +109,7 @@ pub async fn insert(
     .bind(key.created_by)
     .bind(key.created_by_token)
     .bind(key.alert_thresholds_pct)
+    .bind(key.parent_key_id)
     .fetch_one(db)
     .await
 }

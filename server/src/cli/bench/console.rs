@@ -67,6 +67,7 @@ async fn measure(db: &BenchDatabase, args: &ConsoleBenchArgs) -> anyhow::Result<
             .build(),
         pool: pool.clone(),
         auth: Arc::new(AuthConfig::default()),
+        cap_increases: Default::default(),
     };
     let upstream = Upstream::new(
         "http://127.0.0.1:9",

@@ -57,6 +57,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
             .build(),
         pool: pool.clone(),
         auth: Arc::new(AuthConfig::default()),
+        cap_increases: Default::default(),
     };
     let upstream = Upstream::new(
         &upstream_base,

@@ -1,0 +1,123 @@
+use leptos::prelude::*;
+
+use crate::{
+    domain::{ApprovalsView, CapIncreaseForm},
+    error::AppError,
+};
+
+/// The request form for one key: its figures, the suggested cap and how it
+/// was derived, the ceiling, and any request already waiting. `origin`
+/// names an alert (`alert:ID`) or a refused call (`call:ID`) the request is
+/// about; `remaining` is the billing still to come, as typed.
+#[server(endpoint = "get_cap_increase_form")]
+pub async fn get_cap_increase_form(
+    key: i64,
+    origin: Option<String>,
+    remaining: Option<String>,
+    draft: Option<String>,
+) -> Result<CapIncreaseForm, AppError> {
+    use crate::{
+        domain::{CapSuggestion, Cents, Currency, Decision, RequestState, Role},
+        ssr::{
+            self, cap_increases,
+            data::{alerts, audit, cap_increases as requests, vault_keys},
+            flash,
+        },
+    };
+    ssr::auth::require(Role::Operator)?;
+    let state = expect_context::<ssr::AppState>();
+    let pool = &state.pool;
+    let row = vault_keys::find(pool, key)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    let summary = row.summary(chrono::Utc::now())?;
+    let currency = Currency::parse(&row.currency)?;
+
+    // A refused charge the request is about is billing still to come.
+    let origin = origin.unwrap_or_else(|| "key_page".into());
+    let refused_charge = match origin.split_once(':') {
+        Some(("alert", id)) => match id.parse() {
+            Ok(id) => alerts::find(pool, id)
+                .await?
+                .filter(|a| a.vault_key_id == key && a.kind == "cap_refused")
+                .and_then(|a| a.amount_cents)
+                .map(Cents),
+            Err(_) => None,
+        },
+        Some(("call", id)) => match id.parse() {
+            Ok(id) => audit::find(pool, id)
+                .await?
+                .map(|d| d.call)
+                .filter(|c| c.vault_key_id == Some(key) && c.decision == Decision::RefusedCap)
+                .and_then(|c| c.amount),
+            Err(_) => None,
+        },
+        _ => None,
+    };
+    let unspent = Cents((row.expected_total_cents - row.spent_cents).max(0));
+    let remaining = match remaining.as_deref().map(str::trim) {
+        None | Some("") => unspent.max(refused_charge.unwrap_or_default()),
+        Some("0") => Cents(0),
+        Some(typed) => Cents::parse_amount(typed, &currency)
+            .map_err(|err| AppError::Invalid(format!("remaining billing: {}", err.0)))?,
+    };
+    let granted = Cents(requests::granted_cents(pool, key).await?);
+    let buffer_bps = u32::try_from(row.buffer_bps).unwrap_or(0);
+    let suggestion = CapSuggestion::new(&summary, granted, buffer_bps, remaining)?;
+    let pending = requests::list(pool, requests::Listing::Key(key), 20)
+        .await?
+        .into_iter()
+        .find(|r| r.state() == RequestState::Pending);
+    let session = leptos_axum::extract::<tower_sessions::Session>().await?;
+    let draft = match draft {
+        Some(id) => flash::cap_increase_draft(&session, &id).await,
+        None => None,
+    };
+    Ok(CapIncreaseForm {
+        ceiling: cap_increases::ceiling(&row, &state.cap_increases),
+        key: summary,
+        granted,
+        suggestion,
+        origin,
+        refused_charge,
+        pending,
+        draft,
+        decide_by: (chrono::Utc::now() + state.cap_increases.request_ttl).min(row.expires_at),
+    })
+}
+
+/// The Approvals page: pending requests (oldest first) or the history
+/// (decided and expired, newest first), with the counts for the tabs.
+#[server(endpoint = "list_approvals")]
+pub async fn list_approvals(tab: Option<String>) -> Result<ApprovalsView, AppError> {
+    use crate::{
+        domain::Role,
+        ssr::{self, data::cap_increases as requests},
+    };
+    ssr::auth::require(Role::Viewer)?;
+    let listing = match tab.as_deref().unwrap_or("pending") {
+        "pending" => requests::Listing::Pending,
+        "history" => requests::Listing::History,
+        other => {
+            return Err(AppError::Invalid(format!(
+                "{other:?} is not a tab: use pending or history"
+            )))
+        }
+    };
+    let pool = &expect_context::<ssr::AppState>().pool;
+    let (pending, history) = requests::counts(pool).await?;
+    Ok(ApprovalsView {
+        requests: requests::list(pool, listing, 200).await?,
+        pending,
+        history,
+    })
+}
+
+/// How many cap increases wait for a decision, for the navigation badge.
+#[server(endpoint = "pending_approval_count")]
+pub async fn pending_approval_count() -> Result<i64, AppError> {
+    use crate::{domain::Role, ssr};
+    ssr::auth::require(Role::Viewer)?;
+    let pool = &expect_context::<ssr::AppState>().pool;
+    Ok(ssr::data::cap_increases::pending_count(pool).await?)
+}

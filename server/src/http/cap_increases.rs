@@ -1,0 +1,181 @@
+//! The cap increase forms. Request (operator role): a refused form goes
+//! back to the request page with what was typed; a filed one to the key's
+//! page. Decide (approver role, never one's own request): back to the
+//! Approvals page, with a follow-on key's secret shown once.
+
+use axum::{
+    extract::{rejection::FormRejection, Path, State},
+    response::{IntoResponse, Redirect, Response},
+    Extension, Form,
+};
+use tower_sessions::Session;
+
+use super::{
+    auth::ClientIp,
+    forms::{readable, require, Failure, Page},
+};
+use app::{
+    domain::{ApplyAs, CapIncreaseDraft, Cents, Currency, Me, Notice, Role},
+    error::AppError,
+    ssr::{
+        cap_increases::{self, Ask, Target, Verdict},
+        data::{actions::Actor, vault_keys},
+        flash, AppState,
+    },
+};
+
+pub async fn request(
+    State(state): State<AppState>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    Path(key): Path<i64>,
+    form: Result<Form<CapIncreaseDraft>, FormRejection>,
+) -> Response {
+    let me = match require(me, Role::Operator) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let draft = match readable(form) {
+        Ok(draft) => draft,
+        Err(failure) => {
+            return KEYS
+                .back_to(&format!("/keys/{key}"), &session, Err(failure))
+                .await
+        }
+    };
+    let outcome = async {
+        let row = vault_keys::find(&state.pool, key)
+            .await?
+            .ok_or(AppError::NotFound)?;
+        let currency = Currency::parse(&row.currency)?;
+        let new_cap = Cents::parse_amount(&draft.new_cap, &currency)
+            .map_err(|err| AppError::Invalid(format!("the new cap: {}", err.0)))?;
+        let ask = Ask {
+            target: Target::Cap(new_cap),
+            apply_as: ApplyAs::parse(&draft.apply_as)?,
+            reason: draft.reason.clone(),
+            origin: origin(&draft.origin),
+        };
+        let actor = Actor::Operator { id: me.id, ip };
+        let filed =
+            cap_increases::request(&state.pool, &state.cap_increases, actor, key, ask).await?;
+        Ok::<_, Failure>(Notice::success(format!(
+            "Requested #{} for {}: {}. An approver other than you decides on the Approvals page.",
+            filed.id,
+            filed.key_label,
+            filed.change()
+        )))
+    }
+    .await;
+    match outcome {
+        Ok(notice) => {
+            flash::set(&session, notice).await;
+            Redirect::to(&format!("/keys/{key}")).into_response()
+        }
+        Err(Failure::App(AppError::Invalid(message))) => {
+            // Back to the form as typed, with the reason.
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            flash::set_cap_increase_draft(&session, &id, &draft).await;
+            flash::set(
+                &session,
+                Notice::error(format!("Nothing was requested: {message}.")),
+            )
+            .await;
+            let origin = form_urlencoded::byte_serialize(origin(&draft.origin).as_bytes())
+                .collect::<String>();
+            Redirect::to(&format!(
+                "/keys/{key}/cap-increase?origin={origin}&draft={id}"
+            ))
+            .into_response()
+        }
+        Err(failure) => {
+            KEYS.back_to(&format!("/keys/{key}"), &session, Err(failure))
+                .await
+        }
+    }
+}
+
+/// Only the origins the request page sets are kept.
+fn origin(raw: &str) -> String {
+    let raw = raw.trim();
+    let known = match raw.split_once(':') {
+        Some(("alert" | "call", id)) => id.parse::<i64>().is_ok(),
+        _ => false,
+    };
+    if known {
+        raw.to_owned()
+    } else {
+        "key_page".to_owned()
+    }
+}
+
+const KEYS: Page = Page {
+    path: "/keys",
+    gone: "That vault key no longer exists.",
+};
+
+const APPROVALS: Page = Page {
+    path: "/approvals",
+    gone: "That request no longer exists.",
+};
+
+#[derive(Debug, serde::Deserialize)]
+pub struct DecideForm {
+    #[serde(default)]
+    verdict: String,
+    #[serde(default)]
+    note: String,
+}
+
+pub async fn decide(
+    State(state): State<AppState>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    Path(id): Path<i64>,
+    form: Result<Form<DecideForm>, FormRejection>,
+) -> Response {
+    let me = match require(me, Role::Approver) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let outcome = async {
+        let form = readable(form)?;
+        let verdict = match form.verdict.as_str() {
+            "approve" => Verdict::Approve,
+            "reject" => Verdict::Reject,
+            other => {
+                return Err(AppError::Invalid(format!(
+                    "{other:?} is not a decision: approve or reject"
+                ))
+                .into())
+            }
+        };
+        let decided =
+            cap_increases::decide(&state.pool, &me, ip, id, verdict, &form.note).await?;
+        let request = &decided.request;
+        let notice = match (verdict, decided.follow_on) {
+            (Verdict::Reject, _) => Notice::success(format!(
+                "Rejected #{id} for {}: the cap stays as it is.",
+                request.key_label
+            )),
+            (Verdict::Approve, None) => Notice::success(format!(
+                "Approved #{id}: {} now has a cap of {} {}; the proxy applies it from the next call.",
+                request.key_label,
+                Cents(request.key_cap_cents).format(&request.currency()),
+                request.currency()
+            )),
+            (Verdict::Approve, Some((secret, key))) => Notice::success(format!(
+                "Approved #{id}: issued {} with a cap of {} {}. Give the billing job this key:",
+                key.label,
+                Cents(key.cap_cents).format(&request.currency()),
+                request.currency()
+            ))
+            .with_secret(secret),
+        };
+        Ok(notice)
+    }
+    .await;
+    APPROVALS.back_with(&session, outcome).await
+}
