@@ -7,6 +7,7 @@ if (!password) throw new Error('E2E_PASSWORD is not set: run the browser tests t
 /** Accounts scripts/test created before the server started. */
 const accounts = {
   admin: { email: 'admin@e2e.test', password },
+  approver: { email: 'approver@e2e.test', password },
   viewer: { email: 'viewer@e2e.test', password },
 };
 

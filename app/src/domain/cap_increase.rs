@@ -193,7 +193,8 @@ impl CapIncrease {
 
 /// The cap a request suggests, and how it was worked out: what the key has
 /// committed, plus the billing still expected to come, with the key's
-/// buffer on top.
+/// buffer on top. When that is still within the current cap there is
+/// nothing to suggest: the person enters the billing still to come.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapSuggestion {
     pub spent: Cents,
@@ -202,12 +203,14 @@ pub struct CapSuggestion {
     /// not yet spent, and never less than a refused charge being retried.
     pub remaining: Cents,
     pub buffer_bps: u32,
-    pub suggested_cap: Cents,
+    /// What the key can move now (its cap and its follow-on keys').
+    pub granted: Cents,
+    /// `spent + reserved + remaining × (1 + buffer)`, rounded up to a whole
+    /// unit of the currency.
+    pub by_formula: Cents,
 }
 
 impl CapSuggestion {
-    /// `spent + reserved + remaining × (1 + buffer)`, rounded up to a whole
-    /// unit of the currency; always above the current cap.
     pub fn new(
         key: &KeySummary,
         granted: Cents,
@@ -216,34 +219,49 @@ impl CapSuggestion {
     ) -> Result<Self, ParseError> {
         let buffered = remaining.with_buffer(buffer_bps)?;
         let unit = 10i64.pow(key.currency.exponent());
-        let raw = key
-            .committed()
-            .0
-            .checked_add(buffered.0)
-            .ok_or_else(|| ParseError::new("the suggestion is too large"))?;
-        let rounded = (raw + unit - 1) / unit * unit;
-        let suggested_cap = Cents(rounded.max(granted.0 + unit));
+        let round_up = |cents: i64| (cents + unit - 1) / unit * unit;
+        let too_large = || ParseError::new("the suggestion is too large");
+        let by_formula = round_up(
+            key.committed()
+                .0
+                .checked_add(buffered.0)
+                .ok_or_else(too_large)?,
+        );
         Ok(Self {
             spent: key.spent,
             reserved: key.reserved,
             remaining,
             buffer_bps,
-            suggested_cap,
+            granted,
+            by_formula: Cents(by_formula),
         })
     }
 
-    /// The derivation, in one line a person can check.
+    /// The cap to prefill: the formula's, when it is above the current cap.
+    pub fn suggested_cap(&self) -> Option<Cents> {
+        (self.by_formula > self.granted).then_some(self.by_formula)
+    }
+
+    /// The derivation, in words a person can check.
     pub fn derivation(&self, currency: &Currency) -> String {
         let bps = self.buffer_bps;
         let factor = format!("{}.{:04}", 1 + bps / 10_000, bps % 10_000);
         let factor = factor.trim_end_matches('0').trim_end_matches('.');
-        format!(
-            "spent {} + reserved {} + remaining billing {} × {factor} = {} {currency}, rounded up",
+        let formula = format!(
+            "spent {} + reserved {} + remaining billing {} × {factor} = {}",
             self.spent.format(currency),
             self.reserved.format(currency),
             self.remaining.format(currency),
-            self.suggested_cap.format(currency),
-        )
+            self.by_formula.format(currency),
+        );
+        if self.suggested_cap().is_some() {
+            format!("{formula} {currency}, rounded up")
+        } else {
+            format!(
+                "{formula} {currency}: the current cap {} already covers it. If the run is bigger than expected, enter the billing still to come.",
+                self.granted.format(currency),
+            )
+        }
     }
 }
 
@@ -316,20 +334,29 @@ mod tests {
     fn the_suggestion_adds_the_buffered_remaining_billing_to_what_is_committed() {
         let key = key(550_000, 0, 550_000);
         let s = CapSuggestion::new(&key, key.cap, 1000, Cents(50_000)).unwrap();
-        assert_eq!(s.suggested_cap, Cents(605_000));
+        assert_eq!(s.suggested_cap(), Some(Cents(605_000)));
         assert_eq!(
             s.derivation(&Currency::usd()),
             "spent 5,500.00 + reserved 0.00 + remaining billing 500.00 × 1.1 = 6,050.00 USD, rounded up"
         );
+        let s = CapSuggestion::new(&key, key.cap, 0, Cents(20_001)).unwrap();
+        assert_eq!(
+            s.suggested_cap(),
+            Some(Cents(570_100)),
+            "570,001 rounded up"
+        );
     }
 
     #[test]
-    fn the_suggestion_rounds_up_and_is_always_above_the_cap() {
-        let key = key(100_001, 0, 110_000);
-        let s = CapSuggestion::new(&key, key.cap, 1000, Cents(1)).unwrap();
-        assert_eq!(s.suggested_cap, Cents(110_100), "above the cap by a unit");
-        let s = CapSuggestion::new(&key, key.cap, 0, Cents(20_000)).unwrap();
-        assert_eq!(s.suggested_cap, Cents(120_100), "120,001 rounded up");
+    fn within_the_current_cap_there_is_nothing_to_suggest() {
+        let key = key(100_000, 1, 110_000);
+        let s = CapSuggestion::new(&key, key.cap, 1000, Cents(1_000)).unwrap();
+        assert_eq!(s.suggested_cap(), None);
+        assert_eq!(
+            s.derivation(&Currency::usd()),
+            "spent 1,000.00 + reserved 0.01 + remaining billing 10.00 × 1.1 = 1,012.00 USD: the current cap 1,100.00 \
+             already covers it. If the run is bigger than expected, enter the billing still to come."
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{utc, ErrorPanel, RequireRole},
-    domain::{ApprovalsView, CapIncrease, Me, RequestState, Role},
+    components::{utc, Amount, ErrorPanel, RequireRole},
+    domain::{ApprovalsView, CapIncrease, Cents, Me, RequestState, Role},
     server_fns::list_approvals,
 };
 
@@ -80,7 +80,9 @@ fn RequestTable(data: ApprovalsView, shown: String, me: Option<Me>) -> impl Into
                 <tr>
                     <th scope="col">"Requested (UTC)"</th>
                     <th scope="col">"Key"</th>
-                    <th scope="col" class="num">"Cap now → requested"</th>
+                    <th scope="col" class="num">"Cap when asked"</th>
+                    <th scope="col" class="num">"Requested cap"</th>
+                    <th scope="col" class="num">"Increase"</th>
                     <th scope="col">"Reason"</th>
                     <th scope="col">{if pending { "Decision" } else { "Outcome" }}</th>
                 </tr>
@@ -103,27 +105,25 @@ fn RequestRow(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVie
     let state = request.state();
     let pct = request.utilization_pct();
     let util_class = if pct >= 90 { "util-high" } else { "" };
+    let money = |cents: i64| view! { <Amount cents=Cents(cents) currency=currency.clone()/> };
     view! {
         <tr data-request=id>
-            <td class="nowrap">
-                {utc(request.requested_at)}
-                <div class="hint">{format!("{} ago · #{id}", request.age())}</div>
-            </td>
             <td>
-                <a href=format!("/keys/{}", request.vault_key_id)>{request.key_label.clone()}</a>
-                <div class=format!("hint {util_class}")>{format!(
-                    "{pct} % used of {} {currency}",
-                    crate::domain::Cents(request.key_cap_cents).format(&currency)
-                )}</div>
-            </td>
-            <td class="num nowrap">
-                <span class="amount">{request.change()}</span>
-                <div class="hint">{request.apply_as().label()}</div>
-            </td>
-            <td>
-                <div class="reason">{request.reason.clone()}</div>
+                <span class="nowrap">{utc(request.requested_at)}</span>
+                <div class="hint">{format!("#{id} · {} ago", request.age())}</div>
                 <div class="hint">{format!("by {} {}", request.requested_by, request.origin_label())}</div>
             </td>
+            <td class="nowrap">
+                <a href=format!("/keys/{}", request.vault_key_id)>{request.key_label.clone()}</a>
+                <div class=format!("hint {util_class}")>{format!("{pct} % of cap used now")}</div>
+            </td>
+            <td class="num">{money(request.from_cap_cents)}</td>
+            <td class="num">
+                <strong>{money(request.to_cap_cents)}</strong>
+                <div class="hint">{request.apply_as().label()}</div>
+            </td>
+            <td class="num">{"+"}{money(request.additional().0)}</td>
+            <td class="reason">{request.reason.clone()}</td>
             <td>
                 {match state {
                     RequestState::Pending => view! {

@@ -57,7 +57,10 @@ fn RequestForm(form: CapIncreaseForm) -> impl IntoView {
     let id = key.id;
     let draft = form.draft.clone().unwrap_or_default();
     let new_cap = if draft.new_cap.is_empty() {
-        form.suggestion.suggested_cap.format(&currency)
+        form.suggestion
+            .suggested_cap()
+            .map(|cap| cap.format(&currency))
+            .unwrap_or_default()
     } else {
         draft.new_cap.clone()
     };
@@ -102,7 +105,7 @@ fn RequestForm(form: CapIncreaseForm) -> impl IntoView {
 
         <form class="panel stacked" method="get" action=format!("/keys/{id}/cap-increase") aria-labelledby="suggest-heading">
             <h2 id="suggest-heading">"Suggested cap"</h2>
-            <p data-testid="suggestion-derivation">{derivation}</p>
+            <p class="derivation" data-testid="suggestion-derivation">{derivation}</p>
             <input type="hidden" name="origin" value=origin.clone()/>
             <div class="field">
                 <label for="remaining">"Billing still to come"</label>
@@ -133,11 +136,11 @@ fn RequestForm(form: CapIncreaseForm) -> impl IntoView {
                 <legend>"When approved"</legend>
                 <label class="check" for="apply-raise">
                     <input id="apply-raise" type="radio" name="apply_as" value="raise_cap" checked=!follow_on/>
-                    {ApplyAs::RaiseCap.label()} <span class="hint">" — the billing job keeps its key; the proxy sees the new cap on the next call."</span>
+                    <span><strong>{ApplyAs::RaiseCap.label()}</strong> <span class="hint">" — the billing job keeps its key; the proxy sees the new cap on the next call."</span></span>
                 </label>
                 <label class="check" for="apply-follow-on">
                     <input id="apply-follow-on" type="radio" name="apply_as" value="follow_on_key" checked=follow_on/>
-                    {ApplyAs::FollowOnKey.label()} <span class="hint">" — a new key for the difference, linked to this one; its secret is shown once to the approver."</span>
+                    <span><strong>{ApplyAs::FollowOnKey.label()}</strong> <span class="hint">" — a new key for the difference, linked to this one; its secret is shown once to the approver."</span></span>
                 </label>
             </fieldset>
             <p class="hint">{format!(

@@ -54,6 +54,7 @@ async fn fill(db: &Database, customers: i32) -> anyhow::Result<()> {
     insert_extra_keys(&mut tx, current).await?;
     insert_calls(&mut tx, current).await?;
     insert_alerts(&mut tx, current).await?;
+    insert_cap_increases(&mut tx, current).await?;
     actions::record(
         &mut *tx,
         Actor::Cli,
@@ -262,6 +263,49 @@ async fn insert_alerts(
          ON CONFLICT ON CONSTRAINT alerts_once DO NOTHING",
     )
     .bind(current.to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Cap increase requests from the demo billing job's API token: one waiting
+/// for a decision on the key near its cap (the three charges it refused),
+/// and one the first admin rejected (when there is one) on the key that was
+/// revoked later. Skipped for keys that have requests.
+async fn insert_cap_increases(
+    tx: &mut Transaction<'_, Postgres>,
+    current: BillingPeriod,
+) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO api_tokens (name, token_hash, token_prefix)
+         SELECT 'demo billing job', sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'vct_demo'
+         WHERE NOT EXISTS (SELECT 1 FROM api_tokens WHERE name = 'demo billing job')",
+    )
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "WITH token AS (SELECT min(id) AS id FROM api_tokens WHERE name = 'demo billing job'),
+              admin AS (SELECT min(id) AS id FROM operators WHERE role = 'admin' AND disabled_at IS NULL)
+         INSERT INTO cap_increase_requests (vault_key_id, from_cap_cents, to_cap_cents, apply_as, reason,
+             origin, requested_at, requested_by_token, expires_at, decision, decided_at, decided_by, decision_note)
+         SELECT k.id, k.cap_cents, k.cap_cents + r.more, 'raise_cap', r.reason, 'api', r.asked,
+                token.id, LEAST(r.asked + interval '24 hours', k.expires_at),
+                CASE WHEN r.rejected AND admin.id IS NOT NULL THEN 'rejected' END,
+                CASE WHEN r.rejected AND admin.id IS NOT NULL THEN r.asked + interval '35 minutes' END,
+                CASE WHEN r.rejected THEN admin.id END,
+                CASE WHEN r.rejected AND admin.id IS NOT NULL THEN 'The backfill totals were wrong: re-plan it with a new key.' END
+         FROM (VALUES
+             ('eu-enterprise-' || $1, 627000::bigint, false, now() - interval '25 minutes',
+              'Three payment intents of 1,900.00 EUR were refused at the cap: new enterprise seats signed this week.'),
+             ('usage-backfill-' || $1, 150000, true, LEAST($2::timestamptz + interval '2 days', now() - interval '3 hours'),
+              'The backfill found more usage than planned.')
+         ) AS r(label, more, rejected, asked, reason)
+         JOIN vault_keys k ON k.label = r.label, token, admin
+         WHERE (NOT r.rejected OR admin.id IS NOT NULL)
+           AND NOT EXISTS (SELECT 1 FROM cap_increase_requests c WHERE c.vault_key_id = k.id)",
+    )
+    .bind(current.to_string())
+    .bind(current.starts_at())
     .execute(&mut **tx)
     .await?;
     Ok(())

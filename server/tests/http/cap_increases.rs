@@ -104,7 +104,7 @@ async fn an_operator_asks_an_approver_approves_and_the_refused_charge_goes_throu
     assert_eq!(form.status, StatusCode::OK);
     assert!(
         form.body.contains(
-            "spent 50.00 + reserved 0.00 + remaining billing 0.00 × 1.1 = 51.00 USD, rounded up"
+            "spent 50.00 + reserved 0.00 + remaining billing 0.00 × 1.1 = 50.00 USD: the current cap 50.00 already covers it."
         ),
         "{}",
         form.body
