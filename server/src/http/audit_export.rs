@@ -125,9 +125,9 @@ async fn export(
         let (rows, cancelled, last) = match outcome {
             Ok((rows, last)) => (rows, false, Some(last)),
             Err(Stop::ClientGone(rows)) => {
-                cancel(&pool, backend).await;
                 // Mid-query: never hand this connection to anyone else.
                 drop(conn.detach());
+                stop_backend(&pool, backend).await;
                 (rows, true, None)
             }
             Err(Stop::Failed(rows, err)) => {
@@ -212,11 +212,14 @@ async fn stream_rows(
     Ok((sent, Bytes::from(last)))
 }
 
-/// Stops the export's query in PostgreSQL (the client stopped reading) and
-/// waits, a few seconds at most, until it has stopped.
-async fn cancel(pool: &PgPool, backend: i32) {
+/// Ends the export's backend in PostgreSQL (the client stopped reading, and
+/// its connection is closed) and waits, a few seconds at most, until its
+/// query has stopped. Terminated rather than cancelled: a backend blocked
+/// writing rows to a full socket acts on a termination at once, but on a
+/// cancel only once the write completes, which it may never do.
+async fn stop_backend(pool: &PgPool, backend: i32) {
     let stopped = async {
-        sqlx::query("SELECT pg_cancel_backend($1)")
+        sqlx::query("SELECT pg_terminate_backend($1)")
             .bind(backend)
             .execute(pool)
             .await?;
