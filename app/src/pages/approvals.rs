@@ -80,9 +80,7 @@ fn RequestTable(data: ApprovalsView, shown: String, me: Option<Me>) -> impl Into
                 <tr>
                     <th scope="col">"Requested (UTC)"</th>
                     <th scope="col">"Key"</th>
-                    <th scope="col" class="num">"Cap when asked"</th>
                     <th scope="col" class="num">"Requested cap"</th>
-                    <th scope="col" class="num">"Increase"</th>
                     <th scope="col">"Reason"</th>
                     <th scope="col">{if pending { "Decision" } else { "Outcome" }}</th>
                 </tr>
@@ -105,7 +103,6 @@ fn RequestRow(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVie
     let state = request.state();
     let pct = request.utilization_pct();
     let util_class = if pct >= 90 { "util-high" } else { "" };
-    let money = |cents: i64| view! { <Amount cents=Cents(cents) currency=currency.clone()/> };
     view! {
         <tr data-request=id>
             <td>
@@ -117,12 +114,15 @@ fn RequestRow(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVie
                 <a href=format!("/keys/{}", request.vault_key_id)>{request.key_label.clone()}</a>
                 <div class=format!("hint {util_class}")>{format!("{pct} % of cap used now")}</div>
             </td>
-            <td class="num">{money(request.from_cap_cents)}</td>
             <td class="num">
-                <strong>{money(request.to_cap_cents)}</strong>
+                <strong><Amount cents=Cents(request.to_cap_cents) currency=currency.clone()/></strong>
+                <div class="hint">{format!(
+                    "from {} · +{}",
+                    Cents(request.from_cap_cents).format(&currency),
+                    request.additional().format(&currency)
+                )}</div>
                 <div class="hint">{request.apply_as().label()}</div>
             </td>
-            <td class="num">{"+"}{money(request.additional().0)}</td>
             <td class="reason">{request.reason.clone()}</td>
             <td>
                 {match state {
@@ -156,7 +156,7 @@ fn PendingCell(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVi
         <form class="decide-form" method="post" action=format!("/approvals/{id}/decide")>
             <label class="visually-hidden" for=format!("decision-note-{id}")>{format!("Note on request {id}")}</label>
             <input id=format!("decision-note-{id}") name="note" type="text" maxlength="2000"
-                placeholder="Note (required to reject)"/>
+                placeholder="Note (a rejection needs one)"/>
             <div class="row-form">
                 <button type="submit" name="verdict" value="approve" class="button button-primary"
                     aria-label=format!("Approve request {id}")>"Approve"</button>

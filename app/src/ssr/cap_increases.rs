@@ -66,7 +66,7 @@ pub async fn request(
     let reason = ask.reason.trim();
     if reason.is_empty() {
         return Err(AppError::Invalid(
-            "say why the run needs more: the approver decides on the reason".into(),
+            "say why the run needs more (the approver decides on the reason)".into(),
         ));
     }
     if reason.chars().count() > MAX_NOTE_CHARS {
@@ -209,7 +209,7 @@ pub async fn decide(
     }
     if verdict == Verdict::Reject && note.is_empty() {
         return Err(AppError::Invalid(
-            "say why the increase is rejected: the requester reads it".into(),
+            "say why the increase is rejected (the requester reads it)".into(),
         ));
     }
     let mut tx = pool.begin().await?;

@@ -174,7 +174,13 @@ impl TestApp {
             self.router.clone().oneshot(request),
         )
         .await
-        .unwrap_or_else(|_| panic!("{what} got no answer within 60 s"))
+        .unwrap_or_else(|_| {
+            panic!(
+                "{what} got no answer within 60 s (test pool: {} connections, {} idle)",
+                self.pool.size(),
+                self.pool.num_idle()
+            )
+        })
         .expect("the router answers");
         let status = response.status();
         let headers = response.headers().clone();
