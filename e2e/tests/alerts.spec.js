@@ -1,13 +1,5 @@
 // @ts-check
-const { execFileSync } = require('node:child_process');
-const { test, expect, accounts } = require('./fixtures');
-
-/** Runs SQL against the run's database (psql), returning its output. */
-function sql(text) {
-  const url = process.env.E2E_DATABASE_URL;
-  if (!url) throw new Error('E2E_DATABASE_URL is not set: run the browser tests through scripts/test');
-  return execFileSync('psql', [url, '-qAtc', text], { encoding: 'utf8' }).trim();
-}
+const { test, expect, accounts, sql } = require('./fixtures');
 
 /** A key at 5,000.00 of 5,500.00 USD with the 90 % alert the proxy raises. */
 function keyWithAlert(label) {

@@ -3,15 +3,8 @@
 // customer and decision, page forward and back, open a call, export the CSV
 // of exactly the filtered set and read it with a standard CSV parser.
 const fs = require('node:fs');
-const { execFileSync } = require('node:child_process');
 const { parse } = require('csv-parse/sync');
-const { test, expect, accounts } = require('./fixtures');
-
-function sql(text) {
-  const url = process.env.E2E_DATABASE_URL;
-  if (!url) throw new Error('E2E_DATABASE_URL is not set: run the browser tests through scripts/test');
-  return execFileSync('psql', [url, '-qAtc', text], { encoding: 'utf8' }).trim();
-}
+const { test, expect, accounts, sql } = require('./fixtures');
 
 /** 60 calls for `customer` under a key labelled as a spreadsheet formula, every third refused at the cap. */
 function seed(customer) {

@@ -5,28 +5,10 @@
 // to the webhook once, the operator acknowledges it, and the key's page
 // shows the spend.
 const fs = require('node:fs');
-const path = require('node:path');
 const { parse } = require('csv-parse/sync');
-const { execFileSync } = require('node:child_process');
-const { test, expect, accounts } = require('./fixtures');
+const { test, expect, accounts, runBillingJob, createKey } = require('./fixtures');
 
 const hooks = `http://127.0.0.1:${process.env.E2E_HOOK_PORT || '3903'}/deliveries`;
-const python = path.resolve(__dirname, '../../target/pyenv/bin/python');
-const billingJob = path.resolve(__dirname, '../sdk/billing_job.py');
-
-/** The current billing period, as the console defaults it (UTC). */
-function currentPeriod() {
-  return new Date().toISOString().slice(0, 7);
-}
-
-/** Runs the billing job; its output lines (`cust_… ch_…` or `cust_… refused code`). */
-function runBillingJob(baseURL, key, customers, amount, prefix) {
-  const out = execFileSync(python, [
-    billingJob, '--api-base', baseURL, '--key', key, '--period', currentPeriod(),
-    '--customers', String(customers), '--amount', String(amount), '--prefix', prefix,
-  ], { encoding: 'utf8' });
-  return out.trim().split('\n');
-}
 
 /** Webhook deliveries about the key labelled `label`. */
 async function deliveriesFor(label) {
@@ -37,14 +19,8 @@ async function deliveriesFor(label) {
 test('a billing run past 90 % raises one alert, notifies once, and the operator acknowledges it', async ({ page, signIn, visit, baseURL }, testInfo) => {
   const label = `e2e-billing-${testInfo.project.name}-${Date.now()}`;
   await signIn(accounts.admin);
-  await visit('/keys/new');
-  await page.getByLabel('Currency').fill('usd');
-  await page.getByLabel('Expected total').fill('5,000.00');
-  await page.getByLabel('Buffer (%)').fill('10');
-  await page.getByLabel('Label').fill(label);
-  await page.getByRole('button', { name: 'Create vault key' }).click();
+  const secret = await createKey(page, visit, { label, expected: '5,000.00', buffer: '10' });
   await expect(page.getByRole('status')).toContainText('cap 5,500.00 USD');
-  const secret = (await page.getByTestId('one-time-secret').textContent()) ?? '';
   expect(secret).toMatch(/^vk_/);
 
   // Ten customers at 500.00: 5,000.00 of 5,500.00 is 90.9 %.
@@ -91,12 +67,7 @@ test('a billing run past 90 % raises one alert, notifies once, and the operator 
 test('an operator revokes a key with a reason and the billing job is refused', async ({ page, signIn, visit, baseURL }, testInfo) => {
   const label = `e2e-revoke-${testInfo.project.name}-${Date.now()}`;
   await signIn(accounts.admin);
-  await visit('/keys/new');
-  await page.getByLabel('Currency').fill('usd');
-  await page.getByLabel('Expected total').fill('100.00');
-  await page.getByLabel('Label').fill(label);
-  await page.getByRole('button', { name: 'Create vault key' }).click();
-  const secret = (await page.getByTestId('one-time-secret').textContent()) ?? '';
+  const secret = await createKey(page, visit, { label, expected: '100.00' });
 
   await page.getByRole('link', { name: label }).click();
   const revoke = page.getByRole('region', { name: 'Revoke this key' });

@@ -3,33 +3,14 @@
 // the proxy to localstripe) is refused for the cap; operator A asks for more
 // from the refused call, cannot approve their own request, approver B
 // approves, and the billing job's retry goes through.
-const path = require('node:path');
-const { execFileSync } = require('node:child_process');
-const { test, expect, accounts } = require('./fixtures');
-
-const python = path.resolve(__dirname, '../../target/pyenv/bin/python');
-const billingJob = path.resolve(__dirname, '../sdk/billing_job.py');
-
-function runBillingJob(baseURL, key, customers, amount, prefix) {
-  const out = execFileSync(python, [
-    billingJob, '--api-base', baseURL, '--key', key, '--period', new Date().toISOString().slice(0, 7),
-    '--customers', String(customers), '--amount', String(amount), '--prefix', prefix,
-  ], { encoding: 'utf8' });
-  return out.trim().split('\n');
-}
+const { test, expect, accounts, runBillingJob, createKey } = require('./fixtures');
 
 test('operator A asks, cannot approve, approver B approves, and the refused charge succeeds on retry', async ({ page, signIn, visit, baseURL }, testInfo) => {
   const label = `e2e-raise-${testInfo.project.name}-${Date.now()}`;
   const customers = `cust_raise_${testInfo.project.name}`;
   // A: an admin, so only the four-eyes rule (not the role) stops them approving.
   await signIn(accounts.admin);
-  await visit('/keys/new');
-  await page.getByLabel('Currency').fill('usd');
-  await page.getByLabel('Expected total').fill('100.00');
-  await page.getByLabel('Buffer (%)').fill('10');
-  await page.getByLabel('Label').fill(label);
-  await page.getByRole('button', { name: 'Create vault key' }).click();
-  const secret = (await page.getByTestId('one-time-secret').textContent()) ?? '';
+  const secret = await createKey(page, visit, { label, expected: '100.00', buffer: '10' });
 
   // Cap 110.00: two charges of 50.00 go through, the third is refused.
   const first = runBillingJob(baseURL, secret, 3, 5_000, customers);

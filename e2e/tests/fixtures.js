@@ -1,4 +1,6 @@
 // @ts-check
+const path = require('node:path');
+const { execFileSync } = require('node:child_process');
 const base = require('@playwright/test');
 
 const password = process.env.E2E_PASSWORD;
@@ -30,4 +32,43 @@ const test = base.test.extend({
   },
 });
 
-module.exports = { test, expect: base.expect, accounts };
+/** Runs SQL against the run's database (psql), returning its output. */
+function sql(text) {
+  const url = process.env.E2E_DATABASE_URL;
+  if (!url) throw new Error('E2E_DATABASE_URL is not set: run the browser tests through scripts/test');
+  return execFileSync('psql', [url, '-qAtc', text], { encoding: 'utf8' }).trim();
+}
+
+const python = path.resolve(__dirname, '../../target/pyenv/bin/python');
+const billingJob = path.resolve(__dirname, '../sdk/billing_job.py');
+
+/** The current billing period, as the console defaults it (UTC). */
+function currentPeriod() {
+  return new Date().toISOString().slice(0, 7);
+}
+
+/**
+ * Runs the billing job (stripe-python through the proxy) for `customers`
+ * customers named `${prefix}_0000…`; its output lines (`cust_… ch_…` or
+ * `cust_… refused <code>`).
+ */
+function runBillingJob(baseURL, key, customers, amount, prefix) {
+  const out = execFileSync(python, [
+    billingJob, '--api-base', baseURL, '--key', key, '--period', currentPeriod(),
+    '--customers', String(customers), '--amount', String(amount), '--prefix', prefix,
+  ], { encoding: 'utf8' });
+  return out.trim().split('\n');
+}
+
+/** Creates a key on the new-key page (signed in as an operator); its secret. */
+async function createKey(page, visit, { label, expected, buffer }) {
+  await visit('/keys/new');
+  await page.getByLabel('Currency').fill('usd');
+  await page.getByLabel('Expected total').fill(expected);
+  if (buffer !== undefined) await page.getByLabel('Buffer (%)').fill(buffer);
+  await page.getByLabel('Label').fill(label);
+  await page.getByRole('button', { name: 'Create vault key' }).click();
+  return (await page.getByTestId('one-time-secret').textContent()) ?? '';
+}
+
+module.exports = { test, expect: base.expect, accounts, sql, runBillingJob, createKey };

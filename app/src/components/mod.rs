@@ -1,6 +1,7 @@
 //! Pieces several pages use.
 
 mod amount;
+mod count_tabs;
 mod layout;
 mod notice_banner;
 mod pager;
@@ -9,6 +10,7 @@ mod upcoming;
 mod utilization;
 
 pub use amount::Amount;
+pub use count_tabs::CountTabs;
 pub use layout::Layout;
 pub use notice_banner::NoticeBanner;
 pub use pager::KeysetPager;

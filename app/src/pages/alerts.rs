@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{utc, ErrorPanel, RequireRole},
+    components::{utc, CountTabs, ErrorPanel, RequireRole},
     domain::{Alert, AlertsView, Me, Role},
     server_fns::list_alerts,
 };
@@ -43,25 +43,13 @@ fn AlertsList() -> impl IntoView {
 #[component]
 fn StateTabs(data: AlertsView, shown: String) -> impl IntoView {
     let total = data.open + data.snoozed + data.acknowledged;
-    let tabs = [
+    let tabs = vec![
         ("open", "Open", data.open),
         ("snoozed", "Snoozed", data.snoozed),
         ("acknowledged", "Acknowledged", data.acknowledged),
         ("all", "All", total),
     ];
-    view! {
-        <nav class="tabs" aria-label="Alert state">
-            {tabs.into_iter().map(|(value, label, count)| {
-                let current = (shown == value).then_some("page");
-                view! {
-                    <a href=format!("/alerts?state={value}") aria-current=current>
-                        {label} " " <span class="count">{count}</span>
-                    </a>
-                }
-            }).collect_view()}
-        </nav>
-    }
-    .into_any()
+    view! { <CountTabs label="Alert state" path="/alerts" param="state" tabs shown/> }
 }
 
 #[component]

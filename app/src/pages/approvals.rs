@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{utc, Amount, ErrorPanel, RequireRole},
+    components::{utc, Amount, CountTabs, ErrorPanel, RequireRole},
     domain::{ApprovalsView, CapIncrease, Cents, Me, RequestState, Role},
     server_fns::list_approvals,
 };
@@ -42,23 +42,11 @@ pub fn ApprovalsPage() -> impl IntoView {
 
 #[component]
 fn ApprovalTabs(data: ApprovalsView, shown: String) -> impl IntoView {
-    let tabs = [
+    let tabs = vec![
         ("pending", "Waiting for a decision", data.pending),
         ("history", "History", data.history),
     ];
-    view! {
-        <nav class="tabs" aria-label="Requests">
-            {tabs.into_iter().map(|(value, label, count)| {
-                let current = (shown == value).then_some("page");
-                view! {
-                    <a href=format!("/approvals?tab={value}") aria-current=current>
-                        {label} " " <span class="count">{count}</span>
-                    </a>
-                }
-            }).collect_view()}
-        </nav>
-    }
-    .into_any()
+    view! { <CountTabs label="Requests" path="/approvals" param="tab" tabs shown/> }
 }
 
 #[component]
