@@ -99,3 +99,11 @@ CREATE TRIGGER cap_increase_requests_notify_decided
     AFTER UPDATE OF decision ON cap_increase_requests
     FOR EACH ROW WHEN (OLD.decision IS NULL AND NEW.decision IS NOT NULL)
     EXECUTE FUNCTION queue_cap_increase_notification();
+
+-- A raised cap re-arms the key's alerts: crossing 90 % of the new cap is a
+-- new crossing, and a refusal at the new cap is news. (The expiry alert is
+-- about unspent billing, not the cap: raised once per key, see
+-- alerts::raise_expiring.)
+ALTER TABLE alerts
+    DROP CONSTRAINT alerts_once,
+    ADD CONSTRAINT alerts_once UNIQUE (vault_key_id, kind, threshold_pct, cap_cents);

@@ -164,6 +164,21 @@ async fn an_operator_asks_an_approver_approves_and_the_refused_charge_goes_throu
     // The proxy sees the new cap on the very next call.
     let retried = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
     assert_eq!(retried.status, StatusCode::OK, "{}", retried.body);
+    // The raised cap re-arms the 90 % alert: 60.00 of 60.00 is a new crossing.
+    let alerts: Vec<(String, i64)> =
+        sqlx::query_as("SELECT kind, cap_cents FROM alerts WHERE vault_key_id = $1 ORDER BY id")
+            .bind(key)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        alerts,
+        [
+            ("threshold".into(), 5_000),
+            ("cap_refused".into(), 5_000),
+            ("threshold".into(), 6_000)
+        ]
+    );
 
     let history = app.get(&format!("/keys/{key}"), Some(&operator)).await.body;
     assert!(history.contains("Cap history"));

@@ -148,7 +148,8 @@ async fn change(
 }
 
 /// Raises an expiry alert for each active key that expires within a day
-/// with less spent than expected (once per key). Returns how many.
+/// with less spent than expected (once per key, whatever its cap). Returns
+/// how many.
 pub async fn raise_expiring(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
     Ok(sqlx::query(
         "INSERT INTO alerts (vault_key_id, kind, committed_cents, cap_cents, amount_cents)
@@ -156,6 +157,7 @@ pub async fn raise_expiring(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error>
          FROM vault_keys k
          WHERE k.revoked_at IS NULL AND k.expires_at > now() AND k.expires_at <= now() + interval '24 hours'
            AND k.spent_cents < k.expected_total_cents
+           AND NOT EXISTS (SELECT 1 FROM alerts a WHERE a.vault_key_id = k.id AND a.kind = 'expiring')
          ON CONFLICT ON CONSTRAINT alerts_once DO NOTHING",
     )
     .execute(db)
