@@ -17,7 +17,7 @@ pub async fn get_cap_increase_form(
     draft: Option<String>,
 ) -> Result<CapIncreaseForm, AppError> {
     use crate::{
-        domain::{CapSuggestion, Cents, Currency, Decision, RequestState, Role},
+        domain::{CapSuggestion, Cents, Currency, Decision, Role},
         ssr::{
             self, cap_increases,
             data::{alerts, audit, cap_increases as requests, vault_keys},
@@ -64,10 +64,7 @@ pub async fn get_cap_increase_form(
     let granted = Cents(requests::granted_cents(pool, key).await?);
     let buffer_bps = u32::try_from(row.buffer_bps).unwrap_or(0);
     let suggestion = CapSuggestion::new(&summary, granted, buffer_bps, remaining)?;
-    let pending = requests::list(pool, requests::Listing::Key(key), 20)
-        .await?
-        .into_iter()
-        .find(|r| r.state() == RequestState::Pending);
+    let pending = requests::pending_for_key(pool, key).await?;
     let session = leptos_axum::extract::<tower_sessions::Session>().await?;
     let draft = match draft {
         Some(id) => flash::cap_increase_draft(&session, &id).await,

@@ -85,10 +85,7 @@ pub async fn request(
     };
 
     let mut tx = pool.begin().await?;
-    if !cap_increases::lock_key(&mut tx, key_id).await? {
-        return Err(AppError::NotFound);
-    }
-    let key = key_rows::find(&mut *tx, key_id)
+    let key = key_rows::lock(&mut tx, key_id)
         .await?
         .ok_or(AppError::NotFound)?;
     let now = Utc::now();
@@ -126,11 +123,7 @@ pub async fn request(
             money(Cents(key.expected_total_cents))
         )));
     }
-    if let Some(waiting) = cap_increases::list(&mut *tx, cap_increases::Listing::Key(key_id), 20)
-        .await?
-        .into_iter()
-        .find(|r| r.state() == RequestState::Pending)
-    {
+    if let Some(waiting) = cap_increases::pending_for_key(&mut *tx, key_id).await? {
         return Err(AppError::Invalid(format!(
             "request #{} ({}) is already waiting for a decision on this key",
             waiting.id,
@@ -299,10 +292,16 @@ async fn apply(
     request: &CapIncrease,
 ) -> Result<Option<(String, VaultKeyRow)>, AppError> {
     let key_id = request.vault_key_id;
-    cap_increases::lock_key(tx, key_id).await?;
-    let key = key_rows::find(&mut *tx, key_id)
+    let key = key_rows::lock(tx, key_id)
         .await?
         .ok_or(AppError::NotFound)?;
+    if key.status(Utc::now()) != KeyStatus::Active {
+        return Err(AppError::Invalid(format!(
+            "{} is {} now: nothing to raise",
+            key.label,
+            key.status(Utc::now()).as_str()
+        )));
+    }
     let granted = cap_increases::granted_cents(&mut *tx, key_id).await?;
     if granted != request.from_cap_cents {
         let currency = request.currency();

@@ -79,6 +79,21 @@ pub async fn list(
     .await
 }
 
+/// The request waiting for a decision on a key, if one is (there is at most
+/// one: a second is refused while it waits).
+pub async fn pending_for_key(
+    db: impl PgExecutor<'_>,
+    key: i64,
+) -> Result<Option<CapIncrease>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "{} WHERE r.vault_key_id = $1 AND {STATE_SQL} = 'pending' ORDER BY r.id DESC LIMIT 1",
+        select_sql()
+    ))
+    .bind(key)
+    .fetch_optional(db)
+    .await
+}
+
 /// How many requests wait for a decision, and how many are decided or
 /// expired.
 pub async fn counts(db: impl PgExecutor<'_>) -> Result<(i64, i64), sqlx::Error> {
@@ -112,18 +127,6 @@ pub async fn granted_cents(db: impl PgExecutor<'_>, key: i64) -> Result<i64, sql
     .bind(key)
     .fetch_one(db)
     .await
-}
-
-/// Locks a key's row for the rest of the transaction, so that requests and
-/// decisions on one key are made one after the other.
-pub async fn lock_key(tx: &mut PgConnection, key: i64) -> Result<bool, sqlx::Error> {
-    Ok(
-        sqlx::query("SELECT 1 FROM vault_keys WHERE id = $1 FOR UPDATE")
-            .bind(key)
-            .fetch_optional(tx)
-            .await?
-            .is_some(),
-    )
 }
 
 /// Locks a request's row: a second decision waits here for the first to

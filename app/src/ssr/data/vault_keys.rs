@@ -133,6 +133,20 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<VaultKeyRow
         .await
 }
 
+/// The key, locked for the rest of the transaction, so that changes to its
+/// cap are made one after the other.
+pub async fn lock(
+    tx: &mut sqlx::PgConnection,
+    id: i64,
+) -> Result<Option<VaultKeyRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM vault_keys WHERE id = $1 FOR UPDATE"
+    ))
+    .bind(id)
+    .fetch_optional(tx)
+    .await
+}
+
 /// Keys newest first, at most `limit`.
 pub async fn list(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<VaultKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!(
