@@ -7,7 +7,7 @@ use axum::{
 };
 use http_body_util::BodyExt;
 use leptos::config::LeptosOptions;
-use sqlx::PgPool;
+use sqlx::{postgres::PgPoolOptions, PgPool};
 use tower::ServiceExt;
 
 use std::time::Duration;
@@ -29,6 +29,7 @@ pub const REAL_STRIPE_KEY: &str = "sk_test_real";
 /// The application on a test database, driven without a socket.
 pub struct TestApp {
     pub router: Router,
+    /// The application's own pool on the test's database.
     pub pool: PgPool,
 }
 
@@ -56,7 +57,20 @@ impl TestApp {
         )
     }
 
-    fn build(pool: PgPool, auth: AuthConfig, upstream: Upstream) -> Self {
+    fn build(test_pool: PgPool, auth: AuthConfig, upstream: Upstream) -> Self {
+        // The application gets a pool of its own, as `vaultcap serve` does,
+        // not the one `#[sqlx::test]` hands the test: that one borrows its
+        // connection permits from a pool every test in the binary shares,
+        // and a permit stranded there by one test (sqlx 0.8 hands permits
+        // back from tasks spawned on drop) starved later tests' page renders
+        // until they hit the 60-second request limit. Connections close when
+        // released, so none is open when the test ends and sqlx drops the
+        // test's database.
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .acquire_timeout(Duration::from_secs(20))
+            .after_release(|_conn, _meta| Box::pin(async { Ok(false) }))
+            .connect_lazy_with((*test_pool.connect_options()).clone());
         let state = AppState {
             leptos_options: LeptosOptions::builder().output_name("vaultcap").build(),
             pool: pool.clone(),

@@ -96,7 +96,7 @@ async fn health_answers_always_and_readiness_only_while_the_database_does(pool: 
         (StatusCode::OK, "ready")
     );
 
-    pool.close().await;
+    app.pool.close().await;
     assert_eq!(app.get("/healthz", None).await.status, StatusCode::OK);
     assert_eq!(
         app.get("/readyz", None).await.status,

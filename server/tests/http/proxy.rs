@@ -425,7 +425,7 @@ async fn concurrent_charges_never_exceed_the_cap(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn with_the_database_gone_the_proxy_fails_closed(pool: PgPool) {
     let (app, stripe, key, _) = proxy_with_key(pool.clone(), 5000).await;
-    pool.close().await;
+    app.pool.close().await;
     let response = app.stripe("/v1/charges", &key, CHARGE, &[]).await;
     assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.json()["error"]["type"], "api_error");
