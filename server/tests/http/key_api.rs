@@ -235,8 +235,17 @@ async fn the_openapi_document_describes_the_key_api(pool: PgPool) {
     assert_eq!(response.status, StatusCode::OK);
     let doc = response.json();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    for path in ["/vault/keys", "/vault/keys/{id}", "/vault/keys/{id}/revoke"] {
+    for path in [
+        "/vault/keys",
+        "/vault/keys/{id}",
+        "/vault/keys/{id}/revoke",
+        "/vault/keys/{id}/cap-increase-requests",
+    ] {
         assert!(doc["paths"][path].is_object(), "{path} is documented");
+    }
+    let ask = &doc["components"]["schemas"]["CreateRequest"]["properties"];
+    for field in ["new_cap_cents", "additional_cents", "reason", "apply_as"] {
+        assert!(ask[field].is_object(), "CreateRequest.{field} is documented");
     }
     assert!(doc["paths"]["/vault/keys"]["post"]["requestBody"].is_object());
     let create = &doc["components"]["schemas"]["CreateKey"]["properties"];
