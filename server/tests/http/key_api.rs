@@ -245,7 +245,10 @@ async fn the_openapi_document_describes_the_key_api(pool: PgPool) {
     }
     let ask = &doc["components"]["schemas"]["CreateRequest"]["properties"];
     for field in ["new_cap_cents", "additional_cents", "reason", "apply_as"] {
-        assert!(ask[field].is_object(), "CreateRequest.{field} is documented");
+        assert!(
+            ask[field].is_object(),
+            "CreateRequest.{field} is documented"
+        );
     }
     assert!(doc["paths"]["/vault/keys"]["post"]["requestBody"].is_object());
     let create = &doc["components"]["schemas"]["CreateKey"]["properties"];

@@ -15,4 +15,5 @@ mod new_key;
 mod operators;
 mod pages;
 mod proxy;
+mod reconciliation;
 mod schema;

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod billing_records;
 pub mod call_stats;
 pub mod cap_increases;
+pub mod findings;
 pub mod keyset;
 pub mod login_failures;
 pub mod operators;

@@ -5,6 +5,7 @@ mod audit;
 pub mod cap;
 mod console;
 mod proxy;
+mod reconcile;
 
 use std::{os::unix::fs::PermissionsExt, path::Path, process::Stdio};
 
@@ -37,6 +38,9 @@ pub enum BenchCommand {
     /// The audit log at scale: page times per filter (first and 100,000
     /// rows deep) and a CSV export against psql's \copy.
     Audit(audit::AuditBenchArgs),
+    /// Reconciliation detection over a period with many charges and billing
+    /// records (local work, no Stripe paging).
+    Reconcile(reconcile::ReconcileBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -45,6 +49,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Cap(args) => cap::run(args).await,
         BenchCommand::Console(args) => console::run(args).await,
         BenchCommand::Audit(args) => audit::run(args).await,
+        BenchCommand::Reconcile(args) => reconcile::run(args).await,
     }
 }
 

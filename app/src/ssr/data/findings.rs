@@ -1,0 +1,149 @@
+//! Reconciliation findings: detected from `stripe_charges` (as last synced)
+//! and `billing_records`, one row per kind, period, customer and currency.
+//!
+//! Detection is idempotent: it upserts what it finds, so running it twice
+//! creates no second finding. An open finding that is no longer found is
+//! cleared; a resolved one is reopened only when the charges behind it
+//! change (a third charge on a dismissed duplicate is news).
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use crate::domain::BillingPeriod;
+
+/// A live charge: Stripe took the money and has not given all of it back.
+const LIVE: &str = "c.status = 'succeeded' AND c.amount_refunded_cents < c.amount_cents";
+
+/// On a re-detected finding: refresh its figures; reopen it if it had
+/// cleared or its charges changed.
+const REFRESH: &str = "ON CONFLICT ON CONSTRAINT reconciliation_findings_once DO UPDATE SET
+        charge_ids = EXCLUDED.charge_ids,
+        keeper_charge_id = EXCLUDED.keeper_charge_id,
+        amount_at_risk_cents = EXCLUDED.amount_at_risk_cents,
+        explanation = EXCLUDED.explanation,
+        last_detected_at = EXCLUDED.last_detected_at,
+        resolution = CASE WHEN f.resolution = 'cleared' OR f.charge_ids <> EXCLUDED.charge_ids
+                          THEN NULL ELSE f.resolution END,
+        resolved_at = CASE WHEN f.resolution = 'cleared' OR f.charge_ids <> EXCLUDED.charge_ids
+                           THEN NULL ELSE f.resolved_at END,
+        resolved_by = CASE WHEN f.resolution = 'cleared' OR f.charge_ids <> EXCLUDED.charge_ids
+                           THEN NULL ELSE f.resolved_by END,
+        resolution_note = CASE WHEN f.resolution = 'cleared' OR f.charge_ids <> EXCLUDED.charge_ids
+                               THEN NULL ELSE f.resolution_note END";
+
+/// What one detection run found for a period.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Detected {
+    pub orphaned: u64,
+    pub duplicate: u64,
+    pub missing: u64,
+    /// Open findings no longer found, now cleared.
+    pub cleared: u64,
+}
+
+/// Detects the period's orphaned, duplicate and missing charges, in the
+/// caller's transaction (so a run is all or nothing). Run it only once a
+/// sync has stored the period's charges: before that, every billing record
+/// would look missing.
+pub async fn detect(
+    tx: &mut PgConnection,
+    period: BillingPeriod,
+    run_at: DateTime<Utc>,
+) -> Result<Detected, sqlx::Error> {
+    let period = period.to_string();
+
+    // Orphaned: live charges for a customer and period the ledger has no
+    // row for (the job crashed after Stripe answered, before it wrote).
+    let orphaned = sqlx::query(&format!(
+        "INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency,
+             charge_ids, amount_at_risk_cents, explanation, last_detected_at)
+         SELECT 'orphaned', $1, c.customer_id, c.currency, array_agg(c.id ORDER BY c.created_at, c.id),
+                sum(c.amount_cents - c.amount_refunded_cents),
+                format('%s live charge(s) in Stripe for %s in %s, and no billing record for them',
+                       count(*), c.customer_id, $1),
+                $2
+         FROM stripe_charges c
+         WHERE c.billing_period = $1 AND c.customer_id IS NOT NULL AND {LIVE}
+           AND NOT EXISTS (SELECT 1 FROM billing_records b
+                           WHERE b.customer_id = c.customer_id AND b.billing_period = $1)
+         GROUP BY c.customer_id, c.currency
+         {REFRESH}"
+    ))
+    .bind(&period)
+    .bind(run_at)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+
+    // Duplicate: two or more live charges for one customer and period. The
+    // keeper is the charge the ledger names, else the earliest.
+    let duplicate = sqlx::query(&format!(
+        "WITH live AS (
+             SELECT c.customer_id, c.currency,
+                    array_agg(c.id ORDER BY c.created_at, c.id) AS ids,
+                    array_agg(c.amount_cents - c.amount_refunded_cents ORDER BY c.created_at, c.id) AS left_cents
+             FROM stripe_charges c
+             WHERE c.billing_period = $1 AND c.customer_id IS NOT NULL AND {LIVE}
+             GROUP BY c.customer_id, c.currency
+             HAVING count(*) >= 2
+         ), named AS (
+             SELECT l.*, (SELECT b.charge_id FROM billing_records b
+                          WHERE b.customer_id = l.customer_id AND b.billing_period = $1
+                            AND b.charge_id = ANY (l.ids)) AS named_id
+             FROM live l
+         )
+         INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency,
+             charge_ids, keeper_charge_id, amount_at_risk_cents, explanation, last_detected_at)
+         SELECT 'duplicate', $1, n.customer_id, n.currency, n.ids, COALESCE(n.named_id, n.ids[1]),
+                (SELECT sum(x.amount) FROM unnest(n.ids, n.left_cents) AS x(id, amount)
+                 WHERE x.id <> COALESCE(n.named_id, n.ids[1])),
+                format('%s live charges for %s in %s; %s is kept, %s', cardinality(n.ids), n.customer_id, $1,
+                       COALESCE(n.named_id, n.ids[1]),
+                       CASE WHEN n.named_id IS NULL THEN 'the earliest' ELSE 'as the billing record names it' END),
+                $2
+         FROM named n
+         {REFRESH}"
+    ))
+    .bind(&period)
+    .bind(run_at)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+
+    // Missing: the ledger says charged, with a charge id Stripe does not
+    // have.
+    let missing = sqlx::query(&format!(
+        "INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency,
+             charge_ids, amount_at_risk_cents, explanation, last_detected_at)
+         SELECT 'missing', $1, b.customer_id, b.currency, ARRAY[b.charge_id], b.amount_cents,
+                format('the billing record of %s in %s says charged with %s, which Stripe does not have',
+                       b.customer_id, $1, b.charge_id),
+                $2
+         FROM billing_records b
+         WHERE b.billing_period = $1 AND b.status = 'charged' AND b.charge_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM stripe_charges c WHERE c.id = b.charge_id)
+         {REFRESH}"
+    ))
+    .bind(&period)
+    .bind(run_at)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+
+    let cleared = sqlx::query(
+        "UPDATE reconciliation_findings SET resolution = 'cleared', resolved_at = now()
+         WHERE billing_period = $1 AND resolved_at IS NULL AND last_detected_at < $2",
+    )
+    .bind(&period)
+    .bind(run_at)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+
+    Ok(Detected {
+        orphaned,
+        duplicate,
+        missing,
+        cleared,
+    })
+}

@@ -1,0 +1,213 @@
+//! Reconciliation detection against a real PostgreSQL: Stripe's charges as
+//! a sync stores them, the billing jobs' ledger, and the findings between.
+
+use chrono::{Duration, Utc};
+use sqlx::PgPool;
+
+use app::{domain::BillingPeriod, ssr::data::findings};
+
+const PERIOD: &str = "2026-07";
+
+async fn charge(
+    pool: &PgPool,
+    id: &str,
+    customer: &str,
+    cents: i64,
+    refunded: i64,
+    status: &str,
+    minute: i64,
+) {
+    sqlx::query(
+        "INSERT INTO stripe_charges (id, stripe_customer, amount_cents, amount_refunded_cents, currency,
+             status, customer_id, billing_period, created_at)
+         VALUES ($1, 'cus_' || $2, $3, $4, 'usd', $5, $2, $6, $7)",
+    )
+    .bind(id)
+    .bind(customer)
+    .bind(cents)
+    .bind(refunded)
+    .bind(status)
+    .bind(PERIOD)
+    .bind(Utc::now() - Duration::days(1) + Duration::minutes(minute))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn record(pool: &PgPool, customer: &str, charge_id: &str, cents: i64) {
+    sqlx::query(
+        "INSERT INTO billing_records (customer_id, billing_period, charge_id, amount_cents)
+         VALUES ($1, $2, $3, $4)",
+    )
+    .bind(customer)
+    .bind(PERIOD)
+    .bind(charge_id)
+    .bind(cents)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn detect(pool: &PgPool) -> findings::Detected {
+    let mut tx = pool.begin().await.unwrap();
+    let found = findings::detect(
+        &mut tx,
+        PERIOD.parse::<BillingPeriod>().unwrap(),
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    found
+}
+
+/// (kind, customer, charges, keeper, at risk, resolution), by kind and customer.
+type Row = (
+    String,
+    String,
+    Vec<String>,
+    Option<String>,
+    i64,
+    Option<String>,
+);
+
+async fn findings(pool: &PgPool) -> Vec<Row> {
+    sqlx::query_as(
+        "SELECT kind, customer_id, charge_ids, keeper_charge_id, amount_at_risk_cents, resolution
+         FROM reconciliation_findings ORDER BY kind, customer_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+fn row(
+    kind: &str,
+    customer: &str,
+    charges: &[&str],
+    keeper: Option<&str>,
+    at_risk: i64,
+    resolution: Option<&str>,
+) -> Row {
+    (
+        kind.into(),
+        customer.into(),
+        charges.iter().map(|c| c.to_string()).collect(),
+        keeper.map(Into::into),
+        at_risk,
+        resolution.map(Into::into),
+    )
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn detection_finds_orphaned_duplicate_and_missing_charges_once(pool: PgPool) {
+    // cust_1: the seeds' ch_A + ch_B (a redelivery with a rotated key).
+    record(&pool, "cust_1", "ch_A", 5_000).await;
+    charge(&pool, "ch_A", "cust_1", 5_000, 0, "succeeded", 0).await;
+    charge(&pool, "ch_B", "cust_1", 5_000, 0, "succeeded", 5).await;
+    // cust_2: the ledger names a charge Stripe does not have.
+    record(&pool, "cust_2", "ch_gone", 7_000).await;
+    // cust_3: the job crashed before writing its row.
+    charge(&pool, "ch_O", "cust_3", 2_500, 0, "succeeded", 1).await;
+    // cust_4: two charges, the ledger names the later one.
+    record(&pool, "cust_4", "ch_D2", 900).await;
+    charge(&pool, "ch_D1", "cust_4", 900, 0, "succeeded", 2).await;
+    charge(&pool, "ch_D2", "cust_4", 900, 0, "succeeded", 3).await;
+    // cust_5: the second charge was refunded in full, the third failed: fine.
+    record(&pool, "cust_5", "ch_5", 1_000).await;
+    charge(&pool, "ch_5", "cust_5", 1_000, 0, "succeeded", 4).await;
+    charge(&pool, "ch_5r", "cust_5", 1_000, 1_000, "succeeded", 6).await;
+    charge(&pool, "ch_5f", "cust_5", 1_000, 0, "failed", 7).await;
+
+    let expected = [
+        row(
+            "duplicate",
+            "cust_1",
+            &["ch_A", "ch_B"],
+            Some("ch_A"),
+            5_000,
+            None,
+        ),
+        row(
+            "duplicate",
+            "cust_4",
+            &["ch_D1", "ch_D2"],
+            Some("ch_D2"),
+            900,
+            None,
+        ),
+        row("missing", "cust_2", &["ch_gone"], None, 7_000, None),
+        row("orphaned", "cust_3", &["ch_O"], None, 2_500, None),
+    ];
+    let first = detect(&pool).await;
+    assert_eq!(
+        (
+            first.orphaned,
+            first.duplicate,
+            first.missing,
+            first.cleared
+        ),
+        (1, 2, 1, 0)
+    );
+    assert_eq!(findings(&pool).await, expected);
+    let explanation: String = sqlx::query_scalar(
+        "SELECT explanation FROM reconciliation_findings WHERE customer_id = 'cust_4'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        explanation,
+        "2 live charges for cust_4 in 2026-07; ch_D2 is kept, as the billing record names it"
+    );
+
+    // Twice: the same findings, no second row.
+    detect(&pool).await;
+    assert_eq!(findings(&pool).await, expected);
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_resolved_finding_stays_resolved_until_its_charges_change(pool: PgPool) {
+    record(&pool, "cust_1", "ch_A", 5_000).await;
+    charge(&pool, "ch_A", "cust_1", 5_000, 0, "succeeded", 0).await;
+    charge(&pool, "ch_B", "cust_1", 5_000, 0, "succeeded", 5).await;
+    charge(&pool, "ch_O", "cust_3", 2_500, 0, "succeeded", 1).await;
+    detect(&pool).await;
+    sqlx::query(
+        "UPDATE reconciliation_findings SET resolution = 'dismissed', resolved_at = now(),
+                resolution_note = 'two seats, two charges' WHERE kind = 'duplicate'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    detect(&pool).await;
+    assert_eq!(findings(&pool).await[0].5.as_deref(), Some("dismissed"));
+
+    // A third charge is news: the duplicate opens again, with all three.
+    charge(&pool, "ch_C", "cust_1", 5_000, 0, "succeeded", 9).await;
+    // The orphan's billing record arrives (adopted elsewhere): it clears.
+    record(&pool, "cust_3", "ch_O", 2_500).await;
+    let found = detect(&pool).await;
+    assert_eq!((found.orphaned, found.duplicate, found.cleared), (0, 1, 1));
+    assert_eq!(
+        findings(&pool).await,
+        [
+            row(
+                "duplicate",
+                "cust_1",
+                &["ch_A", "ch_B", "ch_C"],
+                Some("ch_A"),
+                10_000,
+                None
+            ),
+            row(
+                "orphaned",
+                "cust_3",
+                &["ch_O"],
+                None,
+                2_500,
+                Some("cleared")
+            ),
+        ]
+    );
+}
