@@ -317,7 +317,7 @@ fn LatestCalls(detail: KeyDetail) -> impl IntoView {
                         <td class="num">{call.amount.map(|cents| view! { <Amount cents currency=currency.clone()/> })}</td>
                         <td class="nowrap">{call.decision.label()}</td>
                         <td class="num">{call.upstream_status.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td>
-                        <td class="nowrap"><code>{call.stripe_object_id.clone().unwrap_or_default()}</code></td>
+                        <td class="object-id"><code>{call.stripe_object_id.clone().unwrap_or_default()}</code></td>
                     </tr>
                 }).collect_view()}
             </tbody>

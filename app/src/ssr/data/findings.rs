@@ -14,6 +14,11 @@ use crate::domain::BillingPeriod;
 /// A live charge: Stripe took the money and has not given all of it back.
 const LIVE: &str = "c.status = 'succeeded' AND c.amount_refunded_cents < c.amount_cents";
 
+/// Every detection statement inserts these columns, in this order.
+const INSERT: &str =
+    "INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency,
+        charge_ids, keeper_charge_id, amount_at_risk_cents, explanation, last_detected_at)";
+
 /// On a re-detected finding: refresh its figures; reopen it if it had
 /// cleared or its charges changed.
 const REFRESH: &str = "ON CONFLICT ON CONSTRAINT reconciliation_findings_once DO UPDATE SET
@@ -55,9 +60,8 @@ pub async fn detect(
     // Orphaned: live charges for a customer and period the ledger has no
     // row for (the job crashed after Stripe answered, before it wrote).
     let orphaned = sqlx::query(&format!(
-        "INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency,
-             charge_ids, amount_at_risk_cents, explanation, last_detected_at)
-         SELECT 'orphaned', $1, c.customer_id, c.currency, array_agg(c.id ORDER BY c.created_at, c.id),
+        "{INSERT}
+         SELECT 'orphaned', $1, c.customer_id, c.currency, array_agg(c.id ORDER BY c.created_at, c.id), NULL,
                 sum(c.amount_cents - c.amount_refunded_cents),
                 format('%s live charge(s) in Stripe for %s in %s, and no billing record for them',
                        count(*), c.customer_id, $1),
@@ -92,8 +96,7 @@ pub async fn detect(
                             AND b.charge_id = ANY (l.ids)) AS named_id
              FROM live l
          )
-         INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency,
-             charge_ids, keeper_charge_id, amount_at_risk_cents, explanation, last_detected_at)
+         {INSERT}
          SELECT 'duplicate', $1, n.customer_id, n.currency, n.ids, COALESCE(n.named_id, n.ids[1]),
                 (SELECT sum(x.amount) FROM unnest(n.ids, n.left_cents) AS x(id, amount)
                  WHERE x.id <> COALESCE(n.named_id, n.ids[1])),
@@ -113,9 +116,8 @@ pub async fn detect(
     // Missing: the ledger says charged, with a charge id Stripe does not
     // have.
     let missing = sqlx::query(&format!(
-        "INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency,
-             charge_ids, amount_at_risk_cents, explanation, last_detected_at)
-         SELECT 'missing', $1, b.customer_id, b.currency, ARRAY[b.charge_id], b.amount_cents,
+        "{INSERT}
+         SELECT 'missing', $1, b.customer_id, b.currency, ARRAY[b.charge_id], NULL, b.amount_cents,
                 format('the billing record of %s in %s says charged with %s, which Stripe does not have',
                        b.customer_id, $1, b.charge_id),
                 $2
