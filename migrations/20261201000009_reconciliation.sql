@@ -21,6 +21,25 @@ CREATE TABLE stripe_charges (
 );
 CREATE INDEX stripe_charges_period_customer_idx ON stripe_charges (billing_period, customer_id);
 
+-- One sync of a period's charges from Stripe: how far it got (resumable
+-- from `cursor`, the last charge stored) and what it saw. One runs per
+-- period at a time (an advisory lock in the sync).
+CREATE TABLE stripe_syncs (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    billing_period text        NOT NULL CHECK (billing_period ~ '^[0-9]{4}-(0[1-9]|1[0-2])$'),
+    -- The created range asked for: the period and a margin either side.
+    created_from   timestamptz NOT NULL,
+    created_to     timestamptz NOT NULL,
+    started_at     timestamptz NOT NULL DEFAULT now(),
+    finished_at    timestamptz,
+    cursor         text,
+    pages          integer     NOT NULL DEFAULT 0,
+    charges_seen   integer     NOT NULL DEFAULT 0,
+    -- Why the last attempt stopped early (cleared when it goes on).
+    error          text
+);
+CREATE INDEX stripe_syncs_period_idx ON stripe_syncs (billing_period, id DESC);
+
 CREATE TABLE reconciliation_findings (
     id                   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind                 text        NOT NULL CHECK (kind IN ('orphaned', 'duplicate', 'missing')),

@@ -13,7 +13,12 @@ Changes to stock localstripe, each small and tested in test_launcher.py:
   and changes nothing; the same key with other parameters is refused with a
   400 `idempotency_error`; a retry while the first request is still running
   gets a 409. Answers are kept per API key, for the life of the process,
-  except server errors (5xx), which a retry may redo.
+  except server errors (5xx), which a retry may redo;
+* charges carry the fields async-stripe needs to decode them
+  (`amount_captured`, `billing_details`, `disputed`), and listing them
+  takes any of `created[gt|gte|lt|lte]` together and answers newest first,
+  as Stripe does (stock localstripe takes `created[gt]` alone and lists
+  oldest first).
 
 Usage: python localstripe_launcher.py [--port N]
 """
@@ -25,7 +30,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from localstripe import server
 from localstripe.errors import UserError
-from localstripe.resources import Store
+from localstripe.resources import Charge, Store, try_convert_to_int
 
 
 @dataclass(frozen=True)
@@ -84,12 +89,54 @@ def idempotent_posts():
     return middleware
 
 
+def patch_charges() -> None:
+    """Charges as Stripe shows and lists them (see the module's doc)."""
+    Charge.amount_captured = property(
+        lambda self: self.amount if self.captured and self.status == "succeeded" else 0
+    )
+    Charge.billing_details = property(
+        lambda self: {"address": None, "email": None, "name": None, "phone": None}
+    )
+    Charge.disputed = property(lambda self: False)
+
+    bounds = {
+        "gt": lambda created, at: created > at,
+        "gte": lambda created, at: created >= at,
+        "lt": lambda created, at: created < at,
+        "lte": lambda created, at: created <= at,
+    }
+
+    def list_charges(cls, url, customer=None, created=None, limit=10, starting_after=None):
+        if created is not None and not isinstance(created, dict):
+            created = {"gte": created, "lte": created}
+        wanted = []
+        for op, raw in (created or {}).items():
+            at = try_convert_to_int(raw)
+            if op not in bounds or not isinstance(at, int):
+                raise UserError(400, f"Invalid created[{op}]: {raw}")
+            wanted.append((bounds[op], at))
+        li = super(Charge, cls)._api_list_all(url, limit=limit, starting_after=starting_after)
+        li._list = [
+            c
+            for c in li._list
+            if (customer is None or c.customer == customer) and all(test(c.created, at) for test, at in wanted)
+        ]
+        # Newest first; within a second, the later created first (the store
+        # keeps creation order and the sort is stable).
+        li._list.sort(key=lambda c: c.created)
+        li._list.reverse()
+        return li
+
+    Charge._api_list_all = classmethod(list_charges)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
 
     Store.dump_to_disk = lambda self: None
+    patch_charges()
     # Inside the authentication check, so only authenticated calls are kept.
     server.app.middlewares.insert(2, idempotent_posts())
 

@@ -32,3 +32,20 @@ def test_the_same_idempotency_key_with_other_parameters_is_an_idempotency_error(
     with pytest.raises(stripe.IdempotencyError) as refused:
         create_charge(sdk, 2500, "launcher-mismatch")
     assert refused.value.http_status == 400
+
+
+def test_charges_list_newest_first_within_a_created_range(sdk):
+    made = [create_charge(sdk, 100 + n, f"launcher-range-{n}") for n in range(3)]
+    created = made[0].created
+    listed = sdk.v1.charges.list(params={"created": {"gte": created, "lte": created + 3600}, "limit": 100})
+    ids = [c.id for c in listed.data]
+    assert [m.id for m in made if m.id in ids] == [m.id for m in made], "all three are in the range"
+    assert ids.index(made[2].id) < ids.index(made[0].id), "newest first"
+    assert sdk.v1.charges.list(params={"created": {"lt": created - 10}}).data == []
+
+
+def test_charges_carry_the_fields_async_stripe_decodes(sdk):
+    charge = create_charge(sdk, 700, "launcher-fields").to_dict()
+    assert charge["amount_captured"] == 700
+    assert charge["disputed"] is False
+    assert set(charge["billing_details"]) == {"address", "email", "name", "phone"}

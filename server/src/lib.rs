@@ -11,3 +11,4 @@ pub mod http;
 pub mod jobs;
 pub mod metrics;
 pub mod proxy;
+pub mod reconcile;

@@ -27,6 +27,9 @@ enum Command {
     /// Benchmarks that print figures (in a private cluster made for the run).
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
+    /// Sync a billing period's charges from Stripe and detect orphaned,
+    /// duplicate and missing charges against the billing records.
+    Reconcile(cli::reconcile::ReconcileArgs),
     /// Fill the database with realistic demo data.
     Demo(cli::demo::DemoArgs),
     /// Run only the private PostgreSQL cluster until interrupted, printing
@@ -48,6 +51,7 @@ async fn main() -> std::process::ExitCode {
         Command::Operator(command) => cli::operator::run(command).await,
         Command::Token(command) => cli::token::run(command).await,
         Command::Demo(args) => cli::demo::run(args).await,
+        Command::Reconcile(args) => cli::reconcile::run(args).await,
         Command::Bench(command) => cli::bench::run(command).await,
         Command::Postgres(args) => cli::postgres::run(args).await,
     };

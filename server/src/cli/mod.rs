@@ -5,6 +5,7 @@ pub mod bench;
 pub mod demo;
 pub mod operator;
 pub mod postgres;
+pub mod reconcile;
 pub mod serve;
 pub mod token;
 

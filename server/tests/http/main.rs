@@ -17,3 +17,4 @@ mod pages;
 mod proxy;
 mod reconciliation;
 mod schema;
+mod stripe_sync;

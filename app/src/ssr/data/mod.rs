@@ -13,4 +13,5 @@ pub mod keyset;
 pub mod login_failures;
 pub mod operators;
 pub mod spend;
+pub mod stripe_charges;
 pub mod vault_keys;

@@ -1,0 +1,146 @@
+//! Stripe's charges as the reconciliation sync stores them, and the syncs
+//! themselves (progress, resume point, last error).
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgExecutor};
+
+/// A charge as Stripe listed it, reduced to what reconciliation compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncedCharge {
+    pub id: String,
+    pub payment_intent: Option<String>,
+    pub stripe_customer: Option<String>,
+    pub amount_cents: i64,
+    pub amount_refunded_cents: i64,
+    pub currency: String,
+    pub status: String,
+    /// The billing job's `metadata[customer_id]` and `metadata[billing_period]`.
+    pub customer_id: Option<String>,
+    pub billing_period: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A sync's progress.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SyncRow {
+    pub id: i64,
+    pub billing_period: String,
+    pub created_from: DateTime<Utc>,
+    pub created_to: DateTime<Utc>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub cursor: Option<String>,
+    pub pages: i32,
+    pub charges_seen: i32,
+    pub error: Option<String>,
+}
+
+const SYNC_COLUMNS: &str = "id, billing_period, created_from, created_to, started_at, finished_at,
+    cursor, pages, charges_seen, error";
+
+/// The period's unfinished sync (to resume), or a new one for the range.
+pub async fn start_or_resume(
+    db: &mut PgConnection,
+    period: &str,
+    created_from: DateTime<Utc>,
+    created_to: DateTime<Utc>,
+) -> Result<(SyncRow, bool), sqlx::Error> {
+    let unfinished: Option<SyncRow> = sqlx::query_as(&format!(
+        "SELECT {SYNC_COLUMNS} FROM stripe_syncs
+         WHERE billing_period = $1 AND finished_at IS NULL AND created_from = $2 AND created_to = $3
+         ORDER BY id DESC LIMIT 1"
+    ))
+    .bind(period)
+    .bind(created_from)
+    .bind(created_to)
+    .fetch_optional(&mut *db)
+    .await?;
+    if let Some(sync) = unfinished {
+        return Ok((sync, true));
+    }
+    let sync = sqlx::query_as(&format!(
+        "INSERT INTO stripe_syncs (billing_period, created_from, created_to) VALUES ($1, $2, $3)
+         RETURNING {SYNC_COLUMNS}"
+    ))
+    .bind(period)
+    .bind(created_from)
+    .bind(created_to)
+    .fetch_one(db)
+    .await?;
+    Ok((sync, false))
+}
+
+/// Stores one page of charges (new ones inserted, known ones refreshed) and
+/// moves the sync past it, in one transaction: an interrupted sync resumes
+/// after the last page stored.
+pub async fn store_page(
+    tx: &mut PgConnection,
+    sync: i64,
+    charges: &[SyncedCharge],
+    finished: bool,
+) -> Result<SyncRow, sqlx::Error> {
+    let column = |f: fn(&SyncedCharge) -> Option<String>| charges.iter().map(f).collect::<Vec<_>>();
+    sqlx::query(
+        "INSERT INTO stripe_charges (id, payment_intent, stripe_customer, amount_cents, amount_refunded_cents,
+             currency, status, customer_id, billing_period, created_at, synced_at)
+         SELECT *, now() FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[],
+                                     $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[])
+         ON CONFLICT (id) DO UPDATE SET
+             payment_intent = EXCLUDED.payment_intent, stripe_customer = EXCLUDED.stripe_customer,
+             amount_cents = EXCLUDED.amount_cents, amount_refunded_cents = EXCLUDED.amount_refunded_cents,
+             currency = EXCLUDED.currency, status = EXCLUDED.status, customer_id = EXCLUDED.customer_id,
+             billing_period = EXCLUDED.billing_period, synced_at = now()",
+    )
+    .bind(column(|c| Some(c.id.clone())))
+    .bind(column(|c| c.payment_intent.clone()))
+    .bind(column(|c| c.stripe_customer.clone()))
+    .bind(charges.iter().map(|c| c.amount_cents).collect::<Vec<_>>())
+    .bind(charges.iter().map(|c| c.amount_refunded_cents).collect::<Vec<_>>())
+    .bind(column(|c| Some(c.currency.clone())))
+    .bind(column(|c| Some(c.status.clone())))
+    .bind(column(|c| c.customer_id.clone()))
+    .bind(column(|c| c.billing_period.clone()))
+    .bind(charges.iter().map(|c| c.created_at).collect::<Vec<_>>())
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query_as(&format!(
+        "UPDATE stripe_syncs SET pages = pages + 1, charges_seen = charges_seen + $2,
+             cursor = COALESCE($3, cursor), error = NULL,
+             finished_at = CASE WHEN $4 THEN now() END
+         WHERE id = $1 RETURNING {SYNC_COLUMNS}"
+    ))
+    .bind(sync)
+    .bind(charges.len() as i32)
+    .bind(charges.last().map(|c| c.id.clone()))
+    .bind(finished)
+    .fetch_one(tx)
+    .await
+}
+
+/// Records why a sync stopped early; it resumes from its cursor next time.
+pub async fn record_error(
+    db: impl PgExecutor<'_>,
+    sync: i64,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE stripe_syncs SET error = $2 WHERE id = $1")
+        .bind(sync)
+        .bind(error)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The period's latest sync that ran to the end.
+pub async fn last_finished(
+    db: impl PgExecutor<'_>,
+    period: &str,
+) -> Result<Option<SyncRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {SYNC_COLUMNS} FROM stripe_syncs
+         WHERE billing_period = $1 AND finished_at IS NOT NULL ORDER BY id DESC LIMIT 1"
+    ))
+    .bind(period)
+    .fetch_optional(db)
+    .await
+}

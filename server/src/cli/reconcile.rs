@@ -1,0 +1,82 @@
+//! `vaultcap reconcile --period 2026-07`: sync the period's charges from
+//! Stripe, then detect orphaned, duplicate and missing charges, printing
+//! the progress and what was found.
+
+use clap::Args;
+
+use app::{domain::BillingPeriod, ssr::data::actions};
+
+use crate::{
+    config::{DatabaseArgs, StripeArgs},
+    db::Database,
+    reconcile::{self, sync},
+};
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The billing period, YYYY-MM.
+    #[arg(long)]
+    period: String,
+
+    /// Hours before the period starts and after it ends whose charges are
+    /// synced too.
+    #[arg(long, default_value_t = 72, value_parser = clap::value_parser!(i64).range(0..=720))]
+    margin_hours: i64,
+
+    /// Charges per page asked of Stripe (1 to 100).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=100))]
+    page_size: i64,
+
+    #[command(flatten)]
+    database: DatabaseArgs,
+
+    #[command(flatten)]
+    stripe: StripeArgs,
+}
+
+pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
+    let period: BillingPeriod = args
+        .period
+        .parse()
+        .map_err(|err: app::domain::ParseError| anyhow::anyhow!("--period: {err}"))?;
+    let Some(key) = args.stripe.stripe_secret_key.as_deref() else {
+        anyhow::bail!("STRIPE_SECRET_KEY is not set: the sync needs the real Stripe key");
+    };
+    let options = sync::SyncOptions {
+        margin: chrono::Duration::hours(args.margin_hours),
+        page_size: args.page_size,
+        ..sync::SyncOptions::default()
+    };
+    let client = sync::client(&args.stripe.stripe_api_base, key, &options)?;
+    let db = Database::open(&args.database).await?;
+    let result = async {
+        println!("Syncing {period} from {}", args.stripe.stripe_api_base);
+        let synced = sync::sync_period(&db.pool, &client, period, &options, |progress| {
+            println!(
+                "  page {}: {} charges seen",
+                progress.pages, progress.charges_seen
+            );
+        })
+        .await?;
+        let found = reconcile::detect(&db.pool, period).await?;
+        actions::record(
+            &db.pool,
+            actions::Actor::Cli,
+            "reconcile",
+            "billing_period",
+            Some(period.to_string()),
+            serde_json::json!({ "sync_id": synced.id, "pages": synced.pages,
+                "charges_seen": synced.charges_seen, "orphaned": found.orphaned,
+                "duplicate": found.duplicate, "missing": found.missing, "cleared": found.cleared }),
+        )
+        .await?;
+        println!(
+            "Synced {} charges in {} pages. Findings: {} orphaned, {} duplicate, {} missing; {} cleared.",
+            synced.charges_seen, synced.pages, found.orphaned, found.duplicate, found.missing, found.cleared
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    db.close().await?;
+    result
+}

@@ -1,0 +1,320 @@
+//! The Stripe sync with async-stripe: against localstripe (started through
+//! e2e/sdk/localstripe_launcher.py, which adds what async-stripe needs to
+//! decode its charges), and against a small fake for the faults localstripe
+//! cannot produce on demand (429, 500, an unreadable answer).
+
+use std::{
+    process::Stdio,
+    sync::{Arc, Mutex},
+};
+
+use axum::{extract::RawQuery, http::StatusCode, response::IntoResponse, routing::get, Router};
+use chrono::Utc;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use app::domain::BillingPeriod;
+use server::reconcile::{self, sync};
+
+const KEY: &str = "sk_test_sync";
+
+/// localstripe on a free port, stopped when dropped.
+struct Localstripe {
+    base: String,
+    _child: tokio::process::Child,
+}
+
+impl Localstripe {
+    async fn start() -> Self {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let python = format!("{root}/target/pyenv/bin/python");
+        assert!(
+            std::path::Path::new(&python).exists(),
+            "{python} is missing: run scripts/setup (it installs localstripe)"
+        );
+        let mut child = tokio::process::Command::new(python)
+            .args([
+                &format!("{root}/e2e/sdk/localstripe_launcher.py"),
+                "--port",
+                "0",
+            ])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting localstripe");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let port = loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("localstripe announces its port");
+            if let Some(port) = line.strip_prefix("port=") {
+                break port.to_owned();
+            }
+        };
+        Self {
+            base: format!("http://127.0.0.1:{port}"),
+            _child: child,
+        }
+    }
+
+    /// A charge as a billing job makes it; its id.
+    async fn charge(&self, customer: &str, amount: i64) -> String {
+        let period = BillingPeriod::containing(Utc::now()).to_string();
+        let amount = amount.to_string();
+        let created = reqwest::Client::new()
+            .post(format!("{}/v1/charges", self.base))
+            .basic_auth(KEY, Some(""))
+            .form(&[
+                ("amount", amount.as_str()),
+                ("currency", "usd"),
+                ("source", "pm_card_visa"),
+                ("metadata[customer_id]", customer),
+                ("metadata[billing_period]", period.as_str()),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let created: Value = serde_json::from_str(&created).unwrap();
+        created["id"].as_str().expect("a charge id").to_owned()
+    }
+}
+
+fn options(page_size: i64, attempts: u32) -> sync::SyncOptions {
+    sync::SyncOptions {
+        page_size,
+        attempts,
+        ..sync::SyncOptions::default()
+    }
+}
+
+async fn record(pool: &PgPool, customer: &str, charge_id: &str) {
+    sqlx::query(
+        "INSERT INTO billing_records (customer_id, billing_period, charge_id, amount_cents)
+         VALUES ($1, $2, $3, 5000)",
+    )
+    .bind(customer)
+    .bind(BillingPeriod::containing(Utc::now()).to_string())
+    .bind(charge_id)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_period_syncs_page_by_page_and_detection_finds_the_seeds_failure_modes(pool: PgPool) {
+    let stripe = Localstripe::start().await;
+    // ch_A + ch_B: a redelivery with a rotated idempotency key.
+    let ch_a = stripe.charge("cust_1", 5000).await;
+    let ch_b = stripe.charge("cust_1", 5000).await;
+    // A consumer that crashed before writing its billing record.
+    let orphan = stripe.charge("cust_2", 3000).await;
+    let fine = stripe.charge("cust_3", 5000).await;
+    record(&pool, "cust_1", &ch_a).await;
+    record(&pool, "cust_3", &fine).await;
+    record(&pool, "cust_4", "ch_never_made").await;
+
+    let period = BillingPeriod::containing(Utc::now());
+    let client = sync::client(&stripe.base, KEY, &options(3, 1)).unwrap();
+    assert!(
+        matches!(
+            reconcile::detect(&pool, period).await,
+            Err(reconcile::DetectError::NotSynced(_))
+        ),
+        "no detection before a sync: every record would look missing"
+    );
+    let mut seen = Vec::new();
+    let synced = sync::sync_period(&pool, &client, period, &options(3, 1), |p| {
+        seen.push(p.charges_seen)
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen, [3, 4], "two pages of at most three");
+    assert!(synced.finished_at.is_some());
+
+    let found = reconcile::detect(&pool, period).await.unwrap();
+    assert_eq!((found.orphaned, found.duplicate, found.missing), (1, 1, 1));
+    let kinds: Vec<(String, String, Vec<String>, Option<String>)> = sqlx::query_as(
+        "SELECT kind, customer_id, charge_ids, keeper_charge_id FROM reconciliation_findings ORDER BY kind",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let (kind, customer, mut charges, keeper) = kinds[0].clone();
+    charges.sort();
+    let mut both = vec![ch_a.clone(), ch_b];
+    both.sort();
+    assert_eq!(
+        (kind.as_str(), customer.as_str(), charges),
+        ("duplicate", "cust_1", both)
+    );
+    assert_eq!(keeper, Some(ch_a), "the billing record names the keeper");
+    assert_eq!(
+        kinds[1],
+        (
+            "missing".into(),
+            "cust_4".into(),
+            vec!["ch_never_made".into()],
+            None
+        )
+    );
+    assert_eq!(
+        kinds[2],
+        ("orphaned".into(), "cust_2".into(), vec![orphan], None)
+    );
+
+    // Again: the same four charges, no copies.
+    sync::sync_period(&pool, &client, period, &options(100, 1), |_| {})
+        .await
+        .unwrap();
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM stripe_charges")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 4);
+}
+
+/// A fake Stripe answering the charge list from `script`, one entry per
+/// request: (status, body). It records each request's query.
+async fn scripted(script: Vec<(u16, String)>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let script = Arc::new(Mutex::new(script.into_iter()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let router = Router::new().route(
+        "/v1/charges",
+        get({
+            let seen = seen.clone();
+            move |RawQuery(query): RawQuery| async move {
+                seen.lock().unwrap().push(query.unwrap_or_default());
+                let (status, body) = script
+                    .lock()
+                    .unwrap()
+                    .next()
+                    .expect("no more answers scripted");
+                (
+                    StatusCode::from_u16(status).unwrap(),
+                    [("content-type", "application/json")],
+                    body,
+                )
+                    .into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (base, seen)
+}
+
+/// A page of charges shaped like localstripe's (what async-stripe decodes).
+async fn page(template: &Value, ids: &[&str], has_more: bool) -> String {
+    let data: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            let mut charge = template.clone();
+            charge["id"] = json!(id);
+            charge
+        })
+        .collect();
+    json!({ "object": "list", "url": "/v1/charges", "has_more": has_more, "data": data })
+        .to_string()
+}
+
+fn stripe_error(message: &str) -> String {
+    json!({ "error": { "type": "api_error", "message": message } }).to_string()
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_sync_stopped_by_a_stripe_error_resumes_after_its_last_page(pool: PgPool) {
+    let stripe = Localstripe::start().await;
+    let id = stripe.charge("cust_1", 5000).await;
+    let template = reqwest::Client::new()
+        .get(format!("{}/v1/charges/{id}", stripe.base))
+        .basic_auth(KEY, Some(""))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let template: Value = serde_json::from_str(&template).unwrap();
+    let (base, seen) = scripted(vec![
+        (200, page(&template, &["ch_p1a", "ch_p1b"], true).await),
+        (500, stripe_error("An unknown error occurred")),
+        (200, "{not json".into()),
+        (429, stripe_error("Too many requests")),
+        (200, page(&template, &["ch_p2a"], false).await),
+    ])
+    .await;
+    let period = BillingPeriod::containing(Utc::now());
+    let client = sync::client(&base, KEY, &options(2, 1)).unwrap();
+
+    let err = sync::sync_period(&pool, &client, period, &options(2, 1), |_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Stripe answered 500: An unknown error occurred"
+    );
+    let (cursor, error, pages): (Option<String>, Option<String>, i32) =
+        sqlx::query_as("SELECT cursor, error, pages FROM stripe_syncs")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((cursor.as_deref(), pages), (Some("ch_p1b"), 1));
+    assert!(error.unwrap().contains("500"));
+
+    let err = sync::sync_period(&pool, &client, period, &options(2, 1), |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Stripe's answer could not be read"),
+        "{err}"
+    );
+
+    // A 429 is retried with backoff; the sync goes on from ch_p1b and ends.
+    let retrying = sync::client(&base, KEY, &options(2, 3)).unwrap();
+    let synced = sync::sync_period(&pool, &retrying, period, &options(2, 3), |_| {})
+        .await
+        .unwrap();
+    assert_eq!((synced.pages, synced.charges_seen), (2, 3));
+    assert!(synced.error.is_none());
+    let queries = seen.lock().unwrap().clone();
+    assert!(!queries[0].contains("starting_after"), "{queries:?}");
+    assert!(
+        queries[1..]
+            .iter()
+            .all(|q| q.contains("starting_after=ch_p1b")),
+        "{queries:?}"
+    );
+    let syncs: i64 = sqlx::query_scalar("SELECT count(*) FROM stripe_syncs")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(syncs, 1, "one sync, resumed");
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_refused_api_key_is_said_plainly(pool: PgPool) {
+    let stripe = Localstripe::start().await;
+    let client = sync::client(&stripe.base, "not_a_key", &options(10, 1)).unwrap();
+    let err = sync::sync_period(
+        &pool,
+        &client,
+        BillingPeriod::containing(Utc::now()),
+        &options(10, 1),
+        |_| {},
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Stripe refused the API key (401)"),
+        "{err}"
+    );
+}
