@@ -6,7 +6,6 @@ mod layout;
 mod notice_banner;
 mod pager;
 mod require_role;
-mod upcoming;
 mod utilization;
 
 pub use amount::Amount;
@@ -15,7 +14,6 @@ pub use layout::Layout;
 pub use notice_banner::NoticeBanner;
 pub use pager::KeysetPager;
 pub use require_role::RequireRole;
-pub use upcoming::Upcoming;
 pub use utilization::UtilizationMeter;
 
 use leptos::prelude::*;

@@ -1,24 +1,262 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{RequireRole, Upcoming},
-    domain::Role,
+    components::{utc, Amount, ErrorPanel, RequireRole},
+    domain::{Finding, FindingKind, Me, ReconciliationView, Role},
+    server_fns::get_reconciliation,
 };
 
+/// Stripe's charges for a billing period against the billing ledger: the
+/// money at risk per kind, the last sync, and each finding with what to do
+/// about it. Operators adopt orphaned charges and dismiss findings with a
+/// reason, with plain form posts; viewers read.
 #[component]
 pub fn ReconciliationPage() -> impl IntoView {
+    let query = use_query_map();
+    let args = move || query.with(|q| (q.get("period"), q.get("kind"), q.get("state")));
+    let view_data = Resource::new(args, |(period, kind, state)| {
+        get_reconciliation(period, kind, state)
+    });
+    let can_act = use_context::<Me>().is_some_and(|me| me.role.allows(Role::Operator));
     view! {
         <Title text="Reconciliation"/>
         <RequireRole role=Role::Viewer>
             <h1>"Reconciliation"</h1>
-            <Upcoming>
-                <p>
-                    "Stripe's charges for a billing period will be compared with the billing ledger "
-                    "here: orphaned charges to adopt, duplicate charges to refund, and missing charges "
-                    "to investigate, each with its evidence and a record of who resolved it."
-                </p>
-            </Upcoming>
+            <Suspense>
+                {move || Suspend::new(async move {
+                    match view_data.await {
+                        Ok(data) => view! { <Reconciliation data can_act/> }.into_any(),
+                        Err(error) => view! {
+                            <ErrorPanel error/>
+                            <p><a href="/reconciliation">"Back to this month"</a></p>
+                        }.into_any(),
+                    }
+                })}
+            </Suspense>
         </RequireRole>
     }
+}
+
+#[component]
+fn Reconciliation(data: ReconciliationView, can_act: bool) -> impl IntoView {
+    let period = data.period.clone();
+    view! {
+        <form class="filters" method="get" action="/reconciliation">
+            <div class="field">
+                <label for="rec-period">"Billing period"</label>
+                <input id="rec-period" name="period" type="month" value=period.clone()/>
+            </div>
+            <div class="field">
+                <label for="rec-kind">"Kind"</label>
+                <select id="rec-kind" name="kind">
+                    <option value="all">"All kinds"</option>
+                    {FindingKind::ALL.into_iter().map(|kind| view! {
+                        <option value=kind.as_str() selected=data.kind == Some(kind)>{kind.label()}</option>
+                    }).collect_view()}
+                </select>
+            </div>
+            <div class="field">
+                <label for="rec-state">"State"</label>
+                <select id="rec-state" name="state">
+                    {[("open", "Open"), ("resolved", "Resolved"), ("all", "All")].into_iter().map(|(value, label)| view! {
+                        <option value=value selected=data.state == value>{label}</option>
+                    }).collect_view()}
+                </select>
+            </div>
+            <div class="filter-actions"><button type="submit" class="button button-quiet">"Show"</button></div>
+        </form>
+        <SyncPanel data=data.clone()/>
+        <Totals data=data.clone()/>
+        <Findings data can_act/>
+    }
+    .into_any()
+}
+
+#[component]
+fn SyncPanel(data: ReconciliationView) -> impl IntoView {
+    let period = data.period.clone();
+    let text = match &data.last_sync {
+        None => format!(
+            "{period} has not been synced from Stripe yet. Run vaultcap reconcile --period {period} on the server to sync it and detect findings."
+        ),
+        Some(sync) => match (&sync.finished_at, &sync.error) {
+            (Some(at), _) => format!(
+                "Last synced {}: {} charges in {} pages.",
+                utc(*at),
+                sync.charges_seen,
+                sync.pages
+            ),
+            (None, Some(error)) => format!(
+                "The sync started {} stopped after {} pages ({} charges): {error}. Running vaultcap reconcile --period {period} again resumes it.",
+                utc(sync.started_at),
+                sync.pages,
+                sync.charges_seen
+            ),
+            (None, None) => format!(
+                "A sync started {} is under way: {} pages, {} charges so far.",
+                utc(sync.started_at),
+                sync.pages,
+                sync.charges_seen
+            ),
+        },
+    };
+    let class = if data.last_sync.as_ref().is_some_and(|s| s.error.is_some()) {
+        "panel panel-error"
+    } else {
+        "panel"
+    };
+    view! { <section class=class aria-label="Stripe sync"><p data-testid="sync-state">{text}</p></section> }
+        .into_any()
+}
+
+#[component]
+fn Totals(data: ReconciliationView) -> impl IntoView {
+    view! {
+        <section class="panel" aria-labelledby="at-risk-heading">
+            <h2 id="at-risk-heading">{format!("Open findings in {}", data.period)}</h2>
+            {if data.totals.is_empty() {
+                view! { <p class="hint">"No open findings."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="data compact">
+                        <thead><tr>
+                            <th scope="col">"Kind"</th>
+                            <th scope="col" class="num">"Open"</th>
+                            <th scope="col" class="num">"Money at risk"</th>
+                        </tr></thead>
+                        <tbody>
+                            {data.totals.into_iter().map(|total| view! {
+                                <tr data-kind=total.kind.as_str()>
+                                    <td>{total.kind.label()}</td>
+                                    <td class="num">{total.open}</td>
+                                    <td class="num"><Amount cents=total.at_risk currency=total.currency/></td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+    }
+    .into_any()
+}
+
+#[component]
+fn Findings(data: ReconciliationView, can_act: bool) -> impl IntoView {
+    if data.findings.is_empty() {
+        let message = match data.state.as_str() {
+            "open" => "Nothing to resolve: Stripe and the billing records agree for this period (as of the last sync).",
+            "resolved" => "No finding of this period has been resolved yet.",
+            _ => "No findings for this period.",
+        };
+        return view! { <section class="panel"><p>{message}</p></section> }.into_any();
+    }
+    view! {
+        <table class="data findings">
+            <thead>
+                <tr>
+                    <th scope="col">"Finding"</th>
+                    <th scope="col">"Customer"</th>
+                    <th scope="col">"Charges"</th>
+                    <th scope="col" class="num">"At risk"</th>
+                    <th scope="col">"Why"</th>
+                    <th scope="col">{if can_act { "Resolve" } else { "State" }}</th>
+                </tr>
+            </thead>
+            <tbody>
+                {data.findings.into_iter().map(|finding| view! { <FindingRow finding can_act/> }).collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
+}
+
+#[component]
+fn FindingRow(finding: Finding, can_act: bool) -> impl IntoView {
+    let id = finding.id;
+    let kind = finding.kind();
+    let keeper = finding.keeper_charge_id.clone();
+    view! {
+        <tr data-finding=id>
+            <td class="nowrap">
+                <strong>{kind.map(|k| k.label()).unwrap_or_default()}</strong>
+                <div class="hint">{format!("#{id} · detected {}", utc(finding.detected_at))}</div>
+            </td>
+            <td class="nowrap">{finding.customer_id.clone()}</td>
+            <td>
+                <ul class="plain-list">
+                    {finding.charge_ids.iter().map(|charge| {
+                        let kept = keeper.as_deref() == Some(charge.as_str());
+                        view! {
+                            <li><code>{charge.clone()}</code>{kept.then_some(" (keep)")}</li>
+                        }
+                    }).collect_view()}
+                </ul>
+            </td>
+            <td class="num"><Amount cents=finding.at_risk() currency=finding.currency()/></td>
+            <td>
+                {finding.explanation.clone()}
+                {kind.filter(|_| finding.is_open()).map(|k| view! { <div class="hint">{format!("Next: {}.", k.next_step())}</div> })}
+            </td>
+            <td>
+                {if finding.is_open() {
+                    if can_act {
+                        view! { <FindingActions finding=finding.clone()/> }.into_any()
+                    } else {
+                        view! { <span class="status status-request-pending">"open"</span> }.into_any()
+                    }
+                } else {
+                    view! { <Resolution finding=finding.clone()/> }.into_any()
+                }}
+            </td>
+        </tr>
+    }
+    .into_any()
+}
+
+#[component]
+fn FindingActions(finding: Finding) -> impl IntoView {
+    let id = finding.id;
+    let orphaned = finding.kind() == Some(FindingKind::Orphaned);
+    let period = finding.billing_period.clone();
+    view! {
+        <div class="alert-actions">
+            {orphaned.then(|| view! {
+                <form class="row-form" method="post" action=format!("/reconciliation/{id}/adopt")>
+                    <input type="hidden" name="period" value=period.clone()/>
+                    <button type="submit" class="button button-primary"
+                        aria-label=format!("Adopt finding {id}")>"Adopt"</button>
+                </form>
+            })}
+            <form class="row-form" method="post" action=format!("/reconciliation/{id}/dismiss")>
+                <input type="hidden" name="period" value=period/>
+                <label class="visually-hidden" for=format!("dismiss-{id}")>{format!("Reason to dismiss finding {id}")}</label>
+                <input id=format!("dismiss-{id}") name="reason" type="text" maxlength="2000" placeholder="Reason" required/>
+                <button type="submit" class="button button-quiet" aria-label=format!("Dismiss finding {id}")>"Dismiss"</button>
+            </form>
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+fn Resolution(finding: Finding) -> impl IntoView {
+    let resolution = finding.resolution.clone().unwrap_or_default();
+    let by = match (&finding.resolved_by, finding.resolved_at) {
+        (Some(who), Some(at)) => format!("by {who} at {}", utc(at)),
+        (None, Some(at)) => format!("at {}", utc(at)),
+        _ => String::new(),
+    };
+    let class = match resolution.as_str() {
+        "dismissed" | "cleared" => "status status-request-expired",
+        _ => "status status-request-approved",
+    };
+    view! {
+        <span class=class>{resolution}</span>
+        <div class="hint">{by}</div>
+        {finding.resolution_note.clone().map(|note| view! { <div class="hint">{format!("Reason: {note}")}</div> })}
+    }
+    .into_any()
 }

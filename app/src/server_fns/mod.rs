@@ -8,6 +8,7 @@ mod cap_increases;
 mod me;
 mod operators;
 mod overview;
+mod reconciliation;
 mod vault_keys;
 
 pub use alerts::{list_alerts, open_alert_count, ListAlerts, OpenAlertCount};
@@ -19,6 +20,7 @@ pub use cap_increases::{
 pub use me::{get_me, take_notice, GetMe, TakeNotice};
 pub use operators::{list_operators, ListOperators};
 pub use overview::{get_overview, GetOverview};
+pub use reconciliation::{get_reconciliation, GetReconciliation};
 pub use vault_keys::{
     get_vault_key, list_vault_keys, new_key_form, GetVaultKey, ListVaultKeys, NewKeyForm,
 };

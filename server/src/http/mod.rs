@@ -8,6 +8,7 @@ mod cap_increases;
 mod error;
 mod forms;
 mod operators;
+mod reconciliation;
 mod security;
 mod vault_keys;
 
@@ -62,6 +63,11 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
             post(cap_increases::request),
         )
         .route("/approvals/{id}/decide", post(cap_increases::decide))
+        .route("/reconciliation/{id}/adopt", post(reconciliation::adopt))
+        .route(
+            "/reconciliation/{id}/dismiss",
+            post(reconciliation::dismiss),
+        )
         .route(
             "/keys/suggestion",
             post(vault_keys::suggest).layer(DefaultBodyLimit::max(vault_keys::MAX_SUGGESTION_CSV)),

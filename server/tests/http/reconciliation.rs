@@ -211,3 +211,184 @@ async fn a_resolved_finding_stays_resolved_until_its_charges_change(pool: PgPool
         ]
     );
 }
+
+/// Findings for the page: ch_A + ch_B for cust_1, an orphan for cust_3.
+async fn seeded(pool: &PgPool) -> (i64, i64) {
+    record(pool, "cust_1", "ch_A", 5_000).await;
+    charge(pool, "ch_A", "cust_1", 5_000, 0, "succeeded", 0).await;
+    charge(pool, "ch_B", "cust_1", 5_000, 0, "succeeded", 5).await;
+    charge(pool, "ch_O", "cust_3", 2_500, 0, "succeeded", 1).await;
+    detect(pool).await;
+    let id = |kind: &'static str| async move {
+        sqlx::query_scalar::<_, i64>("SELECT id FROM reconciliation_findings WHERE kind = $1")
+            .bind(kind)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    (id("orphaned").await, id("duplicate").await)
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn operators_adopt_an_orphan_and_dismiss_a_duplicate_from_the_page(pool: PgPool) {
+    use crate::helpers::{enc, TestApp};
+    use app::domain::Role;
+    use axum::http::StatusCode;
+
+    let (orphan, duplicate) = seeded(&pool).await;
+    let app = TestApp::new(pool.clone());
+    let viewer = app.signed_in("viewer@example.com", Role::Viewer).await;
+    let page = app
+        .get("/reconciliation?period=2026-07", Some(&viewer))
+        .await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains(r#"data-kind="orphaned""#),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("has not been synced from Stripe yet"));
+    assert!(page.body.contains("ch_A</code> (keep)"), "{}", page.body);
+    assert!(!page.body.contains("Adopt finding"), "viewers read");
+    let refused = app
+        .post_form(
+            &format!("/reconciliation/{orphan}/adopt"),
+            "period=2026-07",
+            Some(&viewer),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+
+    let ops = app.signed_in("ops@example.com", Role::Operator).await;
+    let page = app
+        .get("/reconciliation?period=2026-07", Some(&ops))
+        .await
+        .body;
+    assert!(page.contains(&format!("Adopt finding {orphan}")));
+    assert!(
+        !page.contains(&format!("Adopt finding {duplicate}")),
+        "only orphans are adopted"
+    );
+
+    let post = |path: String, body: String| {
+        let (app, ops) = (&app, &ops);
+        async move {
+            let response = app.post_form(&path, &body, Some(ops)).await;
+            assert_eq!(response.status, StatusCode::SEE_OTHER);
+            assert_eq!(response.location(), "/reconciliation?period=2026-07");
+            app.get(response.location(), Some(ops)).await.body
+        }
+    };
+    let after = post(
+        format!("/reconciliation/{orphan}/adopt"),
+        "period=2026-07".into(),
+    )
+    .await;
+    assert!(after.contains("Adopted ch_O for cust_3"), "{after}");
+    let adopted: (String, i64, String) = sqlx::query_as(
+        "SELECT charge_id, amount_cents, status FROM billing_records WHERE customer_id = 'cust_3'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(adopted, ("ch_O".into(), 2_500, "charged".into()));
+    let again = post(
+        format!("/reconciliation/{orphan}/adopt"),
+        "period=2026-07".into(),
+    )
+    .await;
+    assert!(
+        again.contains(&format!(
+            "finding #{orphan} was already adopted by ops@example.com"
+        )),
+        "{again}"
+    );
+    let wrong = post(
+        format!("/reconciliation/{duplicate}/adopt"),
+        "period=2026-07".into(),
+    )
+    .await;
+    assert!(
+        wrong.contains("only orphaned charges are adopted"),
+        "{wrong}"
+    );
+
+    let no_reason = post(
+        format!("/reconciliation/{duplicate}/dismiss"),
+        "period=2026-07&reason=+".into(),
+    )
+    .await;
+    assert!(
+        no_reason.contains("say why the finding is dismissed"),
+        "{no_reason}"
+    );
+    let dismissed = post(
+        format!("/reconciliation/{duplicate}/dismiss"),
+        format!(
+            "period=2026-07&reason={}",
+            enc("Two seats, two charges: confirmed")
+        ),
+    )
+    .await;
+    assert!(
+        dismissed.contains(&format!("Dismissed finding #{duplicate} for cust_1")),
+        "{dismissed}"
+    );
+    let resolved = app
+        .get("/reconciliation?period=2026-07&state=resolved", Some(&ops))
+        .await
+        .body;
+    assert!(
+        resolved.contains("Reason: Two seats, two charges: confirmed"),
+        "{resolved}"
+    );
+    assert!(app
+        .get("/reconciliation?period=2026-07", Some(&ops))
+        .await
+        .body
+        .contains("Nothing to resolve"));
+
+    let logged: Vec<String> = sqlx::query_scalar(
+        "SELECT action FROM operator_actions WHERE action LIKE 'finding.%' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(logged, ["finding.adopt", "finding.dismiss"]);
+
+    for bad in ["kind=nope", "period=2026-13", "state=later"] {
+        let page = app.get(&format!("/reconciliation?{bad}"), Some(&ops)).await;
+        assert!(page.body.contains("panel-error"), "{bad}: {}", page.body);
+    }
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_finding_resolved_twice_at_once_is_resolved_once(pool: PgPool) {
+    use app::{
+        domain::Role,
+        ssr::{data::actions::Actor, reconciliation},
+    };
+    let (_orphan, duplicate) = seeded(&pool).await;
+    let app = crate::helpers::TestApp::new(pool.clone());
+    let (a, b) = (
+        app.add_operator("a@example.com", Role::Operator).await,
+        app.add_operator("b@example.com", Role::Operator).await,
+    );
+    let actor = |id| Actor::Operator { id, ip: None };
+    let (first, second) = tokio::join!(
+        reconciliation::dismiss(&pool, actor(a), duplicate, "legitimate"),
+        reconciliation::dismiss(&pool, actor(b), duplicate, "legitimate too"),
+    );
+    assert_eq!(
+        first.is_ok() as u8 + second.is_ok() as u8,
+        1,
+        "{first:?} {second:?}"
+    );
+    let recorded: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM operator_actions WHERE action = 'finding.dismiss'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(recorded, 1);
+}

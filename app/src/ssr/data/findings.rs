@@ -7,9 +7,9 @@
 //! change (a third charge on a dismissed duplicate is news).
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgExecutor};
 
-use crate::domain::BillingPeriod;
+use crate::domain::{BillingPeriod, Finding, FindingKind};
 
 /// A live charge: Stripe took the money and has not given all of it back.
 const LIVE: &str = "c.status = 'succeeded' AND c.amount_refunded_cents < c.amount_cents";
@@ -148,4 +148,122 @@ pub async fn detect(
         missing,
         cleared,
     })
+}
+
+const SELECT: &str = "SELECT f.id, f.kind, f.billing_period, f.customer_id, f.currency, f.charge_ids,
+        f.keeper_charge_id, f.amount_at_risk_cents, f.explanation, f.detected_at, f.resolution,
+        f.resolved_at, COALESCE(o.email, CASE WHEN f.resolution = 'cleared' THEN 'detection' END) AS resolved_by,
+        f.resolution_note
+     FROM reconciliation_findings f LEFT JOIN operators o ON o.id = f.resolved_by";
+
+/// A period's findings, the largest risk first: open ones, resolved ones or
+/// both (`open: None`), optionally of one kind.
+pub async fn list(
+    db: impl PgExecutor<'_>,
+    period: &str,
+    kind: Option<FindingKind>,
+    open: Option<bool>,
+    limit: i64,
+) -> Result<Vec<Finding>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "{SELECT} WHERE f.billing_period = $1 AND ($2::text IS NULL OR f.kind = $2)
+                    AND ($3::boolean IS NULL OR (f.resolved_at IS NULL) = $3)
+         ORDER BY f.resolved_at IS NULL DESC, f.amount_at_risk_cents DESC, f.id LIMIT $4"
+    ))
+    .bind(period)
+    .bind(kind.map(FindingKind::as_str))
+    .bind(open)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Open findings and money at risk per kind and currency.
+pub async fn totals(
+    db: impl PgExecutor<'_>,
+    period: &str,
+) -> Result<Vec<(String, String, i64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT kind, currency, count(*), sum(amount_at_risk_cents)::bigint
+         FROM reconciliation_findings WHERE billing_period = $1 AND resolved_at IS NULL
+         GROUP BY kind, currency ORDER BY kind, currency",
+    )
+    .bind(period)
+    .fetch_all(db)
+    .await
+}
+
+/// Periods with synced charges, findings or billing records, newest first.
+pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT billing_period FROM stripe_syncs UNION SELECT billing_period FROM billing_records
+         ORDER BY 1 DESC LIMIT 36",
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// The finding, locked for the rest of the transaction: two people
+/// resolving it at once are served one after the other.
+pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<Finding>, sqlx::Error> {
+    let exists = sqlx::query("SELECT 1 FROM reconciliation_findings WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .is_some();
+    if !exists {
+        return Ok(None);
+    }
+    sqlx::query_as(&format!("{SELECT} WHERE f.id = $1"))
+        .bind(id)
+        .fetch_optional(tx)
+        .await
+}
+
+/// Marks an open finding resolved; false if it was resolved already.
+pub async fn resolve(
+    tx: &mut PgConnection,
+    id: i64,
+    resolution: &str,
+    by: i64,
+    note: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE reconciliation_findings SET resolution = $2, resolved_at = now(), resolved_by = $3,
+                resolution_note = $4
+         WHERE id = $1 AND resolved_at IS NULL",
+    )
+    .bind(id)
+    .bind(resolution)
+    .bind(by)
+    .bind(note)
+    .execute(tx)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// Writes the billing record an orphaned charge lacks, as the billing job
+/// would have (`ON CONFLICT DO NOTHING`): the next redelivery's pre-flight
+/// check then skips the customer. Returns whether a row was written.
+pub async fn adopt_charge(
+    tx: &mut PgConnection,
+    period: &str,
+    customer_id: &str,
+    charge_id: &str,
+) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
+        "INSERT INTO billing_records (customer_id, billing_period, stripe_customer_id, charge_id,
+             amount_cents, currency, status)
+         SELECT $2, $1, c.stripe_customer, c.id, c.amount_cents, c.currency, 'charged'
+         FROM stripe_charges c WHERE c.id = $3
+         ON CONFLICT ON CONSTRAINT billing_records_customer_period_key DO NOTHING",
+    )
+    .bind(period)
+    .bind(customer_id)
+    .bind(charge_id)
+    .execute(tx)
+    .await?
+    .rows_affected()
+        == 1)
 }

@@ -144,3 +144,13 @@ pub async fn last_finished(
     .fetch_optional(db)
     .await
 }
+
+/// The period's latest sync, finished or not.
+pub async fn last(db: impl PgExecutor<'_>, period: &str) -> Result<Option<SyncRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {SYNC_COLUMNS} FROM stripe_syncs WHERE billing_period = $1 ORDER BY id DESC LIMIT 1"
+    ))
+    .bind(period)
+    .fetch_optional(db)
+    .await
+}

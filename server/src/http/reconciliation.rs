@@ -1,0 +1,103 @@
+//! The Reconciliation page's forms (operator role): adopt an orphaned
+//! charge, dismiss a finding with a reason. Back to the page with a notice.
+
+use axum::{
+    extract::{rejection::FormRejection, Path, State},
+    response::{IntoResponse, Response},
+    Extension, Form,
+};
+use serde::Deserialize;
+use tower_sessions::Session;
+
+use super::{
+    auth::ClientIp,
+    forms::{readable, require, Page},
+};
+use app::{
+    domain::{Me, Notice, Role},
+    ssr::{data::actions::Actor, reconciliation, AppState},
+};
+
+const PAGE: Page = Page {
+    path: "/reconciliation",
+    gone: "That finding no longer exists.",
+};
+
+/// The form's fields: the page's period (where to go back to) and, to
+/// dismiss, the reason.
+#[derive(Debug, Deserialize)]
+pub struct FindingForm {
+    #[serde(default)]
+    period: String,
+    #[serde(default)]
+    reason: String,
+}
+
+impl FindingForm {
+    /// Back to the period the form was on (this month's if it is not one).
+    fn back(&self) -> String {
+        match self.period.parse::<app::domain::BillingPeriod>() {
+            Ok(period) => format!("/reconciliation?period={period}"),
+            Err(_) => "/reconciliation".into(),
+        }
+    }
+}
+
+pub async fn adopt(
+    State(state): State<AppState>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    Path(id): Path<i64>,
+    form: Result<Form<FindingForm>, FormRejection>,
+) -> Response {
+    let me = match require(me, Role::Operator) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let form = match readable(form) {
+        Ok(form) => form,
+        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
+    };
+    let actor = Actor::Operator { id: me.id, ip };
+    let outcome = reconciliation::adopt(&state.pool, actor, id)
+        .await
+        .map(|finding| {
+            Notice::success(format!(
+                "Adopted {} for {}: its billing record now names it, so a redelivered message skips the customer.",
+                finding.charge_ids.first().cloned().unwrap_or_default(),
+                finding.customer_id
+            ))
+        })
+        .map_err(Into::into);
+    PAGE.back_to(&form.back(), &session, outcome).await
+}
+
+pub async fn dismiss(
+    State(state): State<AppState>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    Path(id): Path<i64>,
+    form: Result<Form<FindingForm>, FormRejection>,
+) -> Response {
+    let me = match require(me, Role::Operator) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let form = match readable(form) {
+        Ok(form) => form,
+        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
+    };
+    let actor = Actor::Operator { id: me.id, ip };
+    let outcome = reconciliation::dismiss(&state.pool, actor, id, &form.reason)
+        .await
+        .map(|finding| {
+            Notice::success(format!(
+                "Dismissed finding #{id} for {}.",
+                finding.customer_id
+            ))
+        })
+        .map_err(Into::into);
+    PAGE.back_to(&form.back(), &session, outcome).await
+}
