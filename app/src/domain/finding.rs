@@ -40,6 +40,15 @@ impl FindingKind {
         }
     }
 
+    /// One finding of this kind, as a row names it.
+    pub fn one(self) -> &'static str {
+        match self {
+            Self::Orphaned => "Orphaned charge",
+            Self::Duplicate => "Duplicate charges",
+            Self::Missing => "Missing charge",
+        }
+    }
+
     /// What to do about one, in a phrase.
     pub fn next_step(self) -> &'static str {
         match self {

@@ -67,7 +67,7 @@ fn Reconciliation(data: ReconciliationView, can_act: bool) -> impl IntoView {
             </div>
             <div class="filter-actions"><button type="submit" class="button button-quiet">"Show"</button></div>
         </form>
-        <SyncPanel data=data.clone()/>
+        <SyncPanel data=data.clone() can_act/>
         <Totals data=data.clone()/>
         <Findings data can_act/>
     }
@@ -75,21 +75,22 @@ fn Reconciliation(data: ReconciliationView, can_act: bool) -> impl IntoView {
 }
 
 #[component]
-fn SyncPanel(data: ReconciliationView) -> impl IntoView {
+fn SyncPanel(data: ReconciliationView, can_act: bool) -> impl IntoView {
     let period = data.period.clone();
     let text = match &data.last_sync {
         None => format!(
-            "{period} has not been synced from Stripe yet. Run vaultcap reconcile --period {period} on the server to sync it and detect findings."
+            "{period} has not been synced from Stripe yet: sync it to detect findings (or run vaultcap reconcile --period {period} on the server)."
         ),
         Some(sync) => match (&sync.finished_at, &sync.error) {
             (Some(at), _) => format!(
-                "Last synced {}: {} charges in {} pages.",
+                "Last synced {}: {} charges in {} page{}.",
                 utc(*at),
                 sync.charges_seen,
-                sync.pages
+                sync.pages,
+                if sync.pages == 1 { "" } else { "s" }
             ),
             (None, Some(error)) => format!(
-                "The sync started {} stopped after {} pages ({} charges): {error}. Running vaultcap reconcile --period {period} again resumes it.",
+                "The sync started {} stopped after {} pages ({} charges): {error}. Syncing again resumes it.",
                 utc(sync.started_at),
                 sync.pages,
                 sync.charges_seen
@@ -107,8 +108,18 @@ fn SyncPanel(data: ReconciliationView) -> impl IntoView {
     } else {
         "panel"
     };
-    view! { <section class=class aria-label="Stripe sync"><p data-testid="sync-state">{text}</p></section> }
-        .into_any()
+    view! {
+        <section class=format!("{class} sync-panel") aria-label="Stripe sync">
+            <p data-testid="sync-state">{text}</p>
+            {can_act.then(|| view! {
+                <form method="post" action="/reconciliation/sync">
+                    <input type="hidden" name="period" value=period.clone()/>
+                    <button type="submit" class="button button-quiet">{format!("Sync {period} from Stripe")}</button>
+                </form>
+            })}
+        </section>
+    }
+    .into_any()
 }
 
 #[component]
@@ -158,7 +169,6 @@ fn Findings(data: ReconciliationView, can_act: bool) -> impl IntoView {
             <thead>
                 <tr>
                     <th scope="col">"Finding"</th>
-                    <th scope="col">"Customer"</th>
                     <th scope="col">"Charges"</th>
                     <th scope="col" class="num">"At risk"</th>
                     <th scope="col">"Why"</th>
@@ -181,10 +191,10 @@ fn FindingRow(finding: Finding, can_act: bool) -> impl IntoView {
     view! {
         <tr data-finding=id>
             <td class="nowrap">
-                <strong>{kind.map(|k| k.label()).unwrap_or_default()}</strong>
+                <strong>{kind.map(|k| k.one()).unwrap_or_default()}</strong>
+                <div>{finding.customer_id.clone()}</div>
                 <div class="hint">{format!("#{id} · detected {}", utc(finding.detected_at))}</div>
             </td>
-            <td class="nowrap">{finding.customer_id.clone()}</td>
             <td>
                 <ul class="plain-list">
                     {finding.charge_ids.iter().map(|charge| {
@@ -233,7 +243,7 @@ fn FindingActions(finding: Finding) -> impl IntoView {
             <form class="row-form" method="post" action=format!("/reconciliation/{id}/dismiss")>
                 <input type="hidden" name="period" value=period/>
                 <label class="visually-hidden" for=format!("dismiss-{id}")>{format!("Reason to dismiss finding {id}")}</label>
-                <input id=format!("dismiss-{id}") name="reason" type="text" maxlength="2000" placeholder="Reason" required/>
+                <input id=format!("dismiss-{id}") name="reason" type="text" maxlength="2000" placeholder="Reason" required class="reason-input"/>
                 <button type="submit" class="button button-quiet" aria-label=format!("Dismiss finding {id}")>"Dismiss"</button>
             </form>
         </div>

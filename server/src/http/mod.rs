@@ -63,6 +63,7 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
             post(cap_increases::request),
         )
         .route("/approvals/{id}/decide", post(cap_increases::decide))
+        .route("/reconciliation/sync", post(reconciliation::sync))
         .route("/reconciliation/{id}/adopt", post(reconciliation::adopt))
         .route(
             "/reconciliation/{id}/dismiss",
@@ -79,6 +80,11 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .route("/operators/{id}/role", post(operators::change_role))
         .route("/operators/{id}/disabled", post(operators::set_disabled))
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::Extension(reconciliation::Stripe(
+            upstream
+                .stripe_client(&crate::reconcile::sync::SyncOptions::default())
+                .map(std::sync::Arc::new),
+        )))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

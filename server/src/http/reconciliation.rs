@@ -11,12 +11,22 @@ use tower_sessions::Session;
 
 use super::{
     auth::ClientIp,
-    forms::{readable, require, Page},
+    forms::{readable, require, Failure, Page},
 };
 use app::{
-    domain::{Me, Notice, Role},
-    ssr::{data::actions::Actor, reconciliation, AppState},
+    domain::{BillingPeriod, Me, Notice, Role},
+    error::AppError,
+    ssr::{
+        data::actions::{self, Actor},
+        reconciliation, AppState,
+    },
 };
+
+use crate::reconcile::{self, sync};
+
+/// The Stripe client the console's syncs use; `None` without a key.
+#[derive(Clone)]
+pub struct Stripe(pub Option<std::sync::Arc<stripe::Client>>);
 
 const PAGE: Page = Page {
     path: "/reconciliation",
@@ -99,5 +109,61 @@ pub async fn dismiss(
             ))
         })
         .map_err(Into::into);
+    PAGE.back_to(&form.back(), &session, outcome).await
+}
+
+/// Starts a sync of the period from Stripe, then detection, in the
+/// background; the page shows its progress from `stripe_syncs`.
+pub async fn sync(
+    State(state): State<AppState>,
+    Extension(Stripe(client)): Extension<Stripe>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    form: Result<Form<FindingForm>, FormRejection>,
+) -> Response {
+    let me = match require(me, Role::Operator) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let form = match readable(form) {
+        Ok(form) => form,
+        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
+    };
+    let outcome = async {
+        let period: BillingPeriod = form.period.parse()?;
+        let client = client.ok_or_else(|| {
+            AppError::Invalid(
+                "Vaultcap has no Stripe key (STRIPE_SECRET_KEY), so it cannot sync".into(),
+            )
+        })?;
+        actions::record(
+            &state.pool,
+            Actor::Operator { id: me.id, ip },
+            "reconcile.sync",
+            "billing_period",
+            Some(period.to_string()),
+            serde_json::json!({}),
+        )
+        .await?;
+        let pool = state.pool.clone();
+        tokio::spawn(async move {
+            let options = sync::SyncOptions::default();
+            match sync::sync_period(&pool, &client, period, &options, |_| {}).await {
+                Ok(_) => {
+                    if let Err(err) = reconcile::detect(&pool, period).await {
+                        tracing::error!(error = %err, %period, "detection after a sync failed");
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, %period, "a sync from the console stopped")
+                }
+            }
+        });
+        Ok::<_, Failure>(Notice::success(format!(
+            "Syncing {period} from Stripe; findings are detected when it ends. Reload to follow it."
+        )))
+    }
+    .await;
     PAGE.back_to(&form.back(), &session, outcome).await
 }

@@ -87,6 +87,18 @@ impl Upstream {
         self.secret.is_some()
     }
 
+    /// A typed Stripe client on the same base and key, for the
+    /// reconciliation sync; `None` without a key.
+    pub fn stripe_client(
+        &self,
+        options: &crate::reconcile::sync::SyncOptions,
+    ) -> Option<stripe::Client> {
+        let secret = self.secret.as_ref()?;
+        crate::reconcile::sync::client(&self.base, &secret.0, options)
+            .inspect_err(|err| tracing::error!(error = %err, "no Stripe client for reconciliation"))
+            .ok()
+    }
+
     pub async fn forward(
         &self,
         method: &Method,

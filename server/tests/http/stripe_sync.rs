@@ -318,3 +318,73 @@ async fn a_refused_api_key_is_said_plainly(pool: PgPool) {
         "{err}"
     );
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn an_operator_syncs_a_period_from_the_console(pool: PgPool) {
+    use crate::helpers::TestApp;
+    use app::domain::Role;
+
+    let stripe = Localstripe::start().await;
+    let orphan = stripe.charge("cust_9", 4_900).await;
+    let period = BillingPeriod::containing(Utc::now());
+
+    let keyless = TestApp::new(pool.clone());
+    let ops = keyless.signed_in("ops@example.com", Role::Operator).await;
+    let refused = keyless
+        .post_form(
+            "/reconciliation/sync",
+            &format!("period={period}"),
+            Some(&ops),
+        )
+        .await;
+    let page = keyless.get(refused.location(), Some(&ops)).await.body;
+    assert!(page.contains("Vaultcap has no Stripe key"), "{page}");
+
+    let app = TestApp::with_upstream(
+        pool.clone(),
+        &stripe.base,
+        std::time::Duration::from_secs(5),
+    );
+    let started = app
+        .post_form(
+            "/reconciliation/sync",
+            &format!("period={period}"),
+            Some(&ops),
+        )
+        .await;
+    assert_eq!(
+        started.location(),
+        format!("/reconciliation?period={period}")
+    );
+    assert!(app
+        .get(started.location(), Some(&ops))
+        .await
+        .body
+        .contains(&format!("Syncing {period} from Stripe")));
+
+    // The sync and detection run in the background: wait for the finding.
+    let found = async {
+        loop {
+            let charges: Option<Vec<String>> = sqlx::query_scalar(
+                "SELECT charge_ids FROM reconciliation_findings WHERE kind = 'orphaned'",
+            )
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+            match charges {
+                Some(charges) => return charges,
+                None => tokio::task::yield_now().await,
+            }
+        }
+    };
+    let charges = tokio::time::timeout(std::time::Duration::from_secs(30), found)
+        .await
+        .expect("the console's sync found the orphan");
+    assert_eq!(charges, [orphan]);
+    let page = app
+        .get(&format!("/reconciliation?period={period}"), Some(&ops))
+        .await
+        .body;
+    assert!(page.contains("Last synced"), "{page}");
+    assert!(page.contains("cust_9"));
+}

@@ -118,7 +118,7 @@ pub async fn detect(
     let missing = sqlx::query(&format!(
         "{INSERT}
          SELECT 'missing', $1, b.customer_id, b.currency, ARRAY[b.charge_id], NULL, b.amount_cents,
-                format('the billing record of %s in %s says charged with %s, which Stripe does not have',
+                format('The billing record of %s in %s says charged with %s, which Stripe does not have',
                        b.customer_id, $1, b.charge_id),
                 $2
          FROM billing_records b
