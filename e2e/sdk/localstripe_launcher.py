@@ -18,7 +18,10 @@ Changes to stock localstripe, each small and tested in test_launcher.py:
   (`amount_captured`, `billing_details`, `disputed`), and listing them
   takes any of `created[gt|gte|lt|lte]` together and answers newest first,
   as Stripe does (stock localstripe takes `created[gt]` alone and lists
-  oldest first).
+  oldest first);
+* refunds take Stripe's `reason`, refund what is left of the charge when
+  no amount is given, and refuse a charge with nothing left to refund (400
+  `charge_already_refunded`) instead of refunding it again.
 
 Usage: python localstripe_launcher.py [--port N]
 """
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from localstripe import server
 from localstripe.errors import UserError
-from localstripe.resources import Charge, Store, try_convert_to_int
+from localstripe.resources import Charge, Refund, Store, try_convert_to_int
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,34 @@ def patch_charges() -> None:
     Charge._api_list_all = classmethod(list_charges)
 
 
+def patch_refunds() -> None:
+    """Refunds as Stripe makes them (see the module's doc)."""
+    stock = Refund.__init__
+    reasons = ("duplicate", "fraudulent", "requested_by_customer")
+
+    def refund(self, charge=None, payment_intent=None, amount=None, metadata=None, reason=None, **kwargs):
+        if reason is not None and reason not in reasons:
+            raise UserError(400, f"Invalid reason: must be one of {', '.join(reasons)}")
+        if charge is not None:
+            left = Charge._api_retrieve(charge).amount
+            left -= Charge._api_retrieve(charge).amount_refunded
+            wanted = try_convert_to_int(amount)
+            if left <= 0:
+                raise UserError(
+                    400,
+                    f"Charge {charge} has already been refunded.",
+                    {"code": "charge_already_refunded"},
+                )
+            if wanted is None:
+                amount = left
+            elif isinstance(wanted, int) and wanted > left:
+                raise UserError(400, f"Refund amount ({wanted}) is greater than unrefunded amount on charge ({left})")
+        stock(self, charge=charge, payment_intent=payment_intent, amount=amount, metadata=metadata, **kwargs)
+        self.reason = reason
+
+    Refund.__init__ = refund
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
@@ -137,6 +168,7 @@ def main() -> None:
 
     Store.dump_to_disk = lambda self: None
     patch_charges()
+    patch_refunds()
     # Inside the authentication check, so only authenticated calls are kept.
     server.app.middlewares.insert(2, idempotent_posts())
 

@@ -49,3 +49,14 @@ def test_charges_carry_the_fields_async_stripe_decodes(sdk):
     assert charge["amount_captured"] == 700
     assert charge["disputed"] is False
     assert set(charge["billing_details"]) == {"address", "email", "name", "phone"}
+
+
+def test_refunds_take_a_reason_refund_the_remainder_and_never_twice(sdk):
+    charge = create_charge(sdk, 1000, "launcher-refund")
+    sdk.v1.refunds.create(params={"charge": charge.id, "amount": 300, "reason": "duplicate"})
+    rest = sdk.v1.refunds.create(params={"charge": charge.id})
+    assert rest.amount == 700, "what was left, not the whole charge again"
+    with pytest.raises(stripe.InvalidRequestError) as refused:
+        sdk.v1.refunds.create(params={"charge": charge.id})
+    assert refused.value.code == "charge_already_refunded"
+    assert sdk.v1.charges.retrieve(charge.id).amount_refunded == 1000

@@ -230,6 +230,13 @@ fn FindingRow(finding: Finding, can_act: bool) -> impl IntoView {
 fn FindingActions(finding: Finding) -> impl IntoView {
     let id = finding.id;
     let orphaned = finding.kind() == Some(FindingKind::Orphaned);
+    let duplicate = finding.kind() == Some(FindingKind::Duplicate);
+    let refund_label = format!(
+        "Yes, refund {} {} to {}",
+        finding.at_risk().format(&finding.currency()),
+        finding.currency(),
+        finding.customer_id
+    );
     let period = finding.billing_period.clone();
     view! {
         <div class="alert-actions">
@@ -238,6 +245,17 @@ fn FindingActions(finding: Finding) -> impl IntoView {
                     <input type="hidden" name="period" value=period.clone()/>
                     <button type="submit" class="button button-primary"
                         aria-label=format!("Adopt finding {id}")>"Adopt"</button>
+                </form>
+            })}
+            {duplicate.then(|| view! {
+                <form class="refund-form" method="post" action=format!("/reconciliation/{id}/refund")>
+                    <input type="hidden" name="period" value=period.clone()/>
+                    <div class="field-check">
+                        <input id=format!("refund-confirm-{id}") name="confirm" type="checkbox" value="yes" required/>
+                        <label for=format!("refund-confirm-{id}")>{refund_label}</label>
+                    </div>
+                    <button type="submit" class="button button-danger"
+                        aria-label=format!("Refund finding {id}")>"Refund duplicates"</button>
                 </form>
             })}
             <form class="row-form" method="post" action=format!("/reconciliation/{id}/dismiss")>

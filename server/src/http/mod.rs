@@ -65,6 +65,7 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .route("/approvals/{id}/decide", post(cap_increases::decide))
         .route("/reconciliation/sync", post(reconciliation::sync))
         .route("/reconciliation/{id}/adopt", post(reconciliation::adopt))
+        .route("/reconciliation/{id}/refund", post(reconciliation::refund))
         .route(
             "/reconciliation/{id}/dismiss",
             post(reconciliation::dismiss),

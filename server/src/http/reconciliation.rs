@@ -41,6 +41,8 @@ pub struct FindingForm {
     period: String,
     #[serde(default)]
     reason: String,
+    /// The confirmation box for a refund: present only when ticked.
+    confirm: Option<String>,
 }
 
 impl FindingForm {
@@ -165,5 +167,52 @@ pub async fn sync(
         )))
     }
     .await;
+    PAGE.back_to(&form.back(), &session, outcome).await
+}
+
+/// Refunds a duplicate's extra charges in Stripe (after the confirmation).
+pub async fn refund(
+    State(state): State<AppState>,
+    Extension(Stripe(client)): Extension<Stripe>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    Path(id): Path<i64>,
+    form: Result<Form<FindingForm>, FormRejection>,
+) -> Response {
+    let me = match require(me, Role::Operator) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let form = match readable(form) {
+        Ok(form) => form,
+        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
+    };
+    let outcome = async {
+        if form.confirm.as_deref() != Some("yes") {
+            return Err(AppError::Invalid(
+                "tick the box to confirm the refund: it gives money back to the customer".into(),
+            ));
+        }
+        let client = client.ok_or_else(|| {
+            AppError::Invalid(
+                "Vaultcap has no Stripe key (STRIPE_SECRET_KEY), so it cannot refund".into(),
+            )
+        })?;
+        let actor = Actor::Operator { id: me.id, ip };
+        let (finding, refunded) =
+            reconcile::refund::refund_duplicate(&state.pool, &client, actor, id).await?;
+        Ok(Notice::success(format!(
+            "Refunded {} as duplicate{} of {} for {}: {} {} back to the customer.",
+            refunded.join(", "),
+            if refunded.len() == 1 { "" } else { "s" },
+            finding.keeper_charge_id.clone().unwrap_or_default(),
+            finding.customer_id,
+            finding.at_risk().format(&finding.currency()),
+            finding.currency()
+        )))
+    }
+    .await
+    .map_err(Failure::from);
     PAGE.back_to(&form.back(), &session, outcome).await
 }

@@ -2,6 +2,7 @@
 //! sync fills `stripe_charges`; detection (`app::ssr::data::findings`)
 //! compares them with `billing_records`.
 
+pub mod refund;
 pub mod sync;
 
 use chrono::Utc;

@@ -135,7 +135,8 @@ async fn run(
     }
 }
 
-fn synced(charge: &stripe_core::Charge) -> SyncedCharge {
+/// The charge as `stripe_charges` keeps it.
+pub fn synced(charge: &stripe_core::Charge) -> SyncedCharge {
     SyncedCharge {
         id: charge.id.to_string(),
         payment_intent: charge.payment_intent.as_ref().map(|pi| pi.id().to_string()),
@@ -154,7 +155,7 @@ fn synced(charge: &stripe_core::Charge) -> SyncedCharge {
 }
 
 /// What went wrong, for the operator: the status and Stripe's own message.
-fn describe(err: &StripeError) -> String {
+pub fn describe(err: &StripeError) -> String {
     match err {
         StripeError::Stripe(error, 401) => format!(
             "Stripe refused the API key (401): {}; check STRIPE_SECRET_KEY",

@@ -388,3 +388,138 @@ async fn an_operator_syncs_a_period_from_the_console(pool: PgPool) {
     assert!(page.contains("Last synced"), "{page}");
     assert!(page.contains("cust_9"));
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_duplicate_is_refunded_in_stripe_once_however_often_it_is_asked(pool: PgPool) {
+    use crate::helpers::{TestApp, REAL_STRIPE_KEY};
+    use app::domain::Role;
+
+    let stripe = Localstripe::start().await;
+    let keeper = stripe.charge("cust_1", 5_000).await;
+    let extra = stripe.charge("cust_1", 5_000).await;
+    record(&pool, "cust_1", &keeper).await;
+    // cust_2's second charge was already refunded by hand in Stripe's
+    // dashboard after the sync saw it.
+    let kept_2 = stripe.charge("cust_2", 1_000).await;
+    let extra_2 = stripe.charge("cust_2", 1_000).await;
+    record(&pool, "cust_2", &kept_2).await;
+    let period = BillingPeriod::containing(Utc::now());
+    let client = sync::client(&stripe.base, REAL_STRIPE_KEY, &options(100, 1)).unwrap();
+    sync::sync_period(&pool, &client, period, &options(100, 1), |_| {})
+        .await
+        .unwrap();
+    reconcile::detect(&pool, period).await.unwrap();
+    let finding = |customer: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT id FROM reconciliation_findings WHERE kind = 'duplicate' AND customer_id = $1",
+            )
+            .bind(customer)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (first, second) = (finding("cust_1").await, finding("cust_2").await);
+    let http = reqwest::Client::new();
+    http.post(format!("{}/v1/refunds", stripe.base))
+        .basic_auth(KEY, Some(""))
+        .form(&[("charge", extra_2.as_str())])
+        .send()
+        .await
+        .unwrap();
+
+    let app = TestApp::with_upstream(
+        pool.clone(),
+        &stripe.base,
+        std::time::Duration::from_secs(5),
+    );
+    let ops = app.signed_in("ops@example.com", Role::Operator).await;
+    let refund = |id: i64, body: &'static str| {
+        let (app, ops) = (&app, &ops);
+        async move {
+            let done = app
+                .post_form(&format!("/reconciliation/{id}/refund"), body, Some(ops))
+                .await;
+            app.get(done.location(), Some(ops)).await.body
+        }
+    };
+    let unconfirmed = refund(first, "period=").await;
+    assert!(
+        unconfirmed.contains("tick the box to confirm the refund"),
+        "{unconfirmed}"
+    );
+
+    let page = refund(first, "confirm=yes").await;
+    assert!(
+        page.contains(&format!(
+            "Refunded {extra} as duplicate of {keeper} for cust_1: 50.00 USD"
+        )),
+        "{page}"
+    );
+    let charge: Value = serde_json::from_str(
+        &http
+            .get(format!("{}/v1/charges/{extra}", stripe.base))
+            .basic_auth(KEY, Some(""))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            charge["refunded"].as_bool(),
+            charge["amount_refunded"].as_i64()
+        ),
+        (Some(true), Some(5_000))
+    );
+    let stored: i64 =
+        sqlx::query_scalar("SELECT amount_refunded_cents FROM stripe_charges WHERE id = $1")
+            .bind(&extra)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, 5_000, "re-read from Stripe after the refund");
+
+    let again = refund(first, "confirm=yes").await;
+    assert!(
+        again.contains(&format!(
+            "finding #{first} was already refunded by ops@example.com"
+        )),
+        "{again}"
+    );
+    // The charge refunded by hand counts as done; nothing is refunded twice.
+    let page = refund(second, "confirm=yes").await;
+    assert!(page.contains(&format!("Refunded {extra_2}")), "{page}");
+    let refunds: Value = serde_json::from_str(
+        &http
+            .get(format!("{}/v1/refunds?limit=100", stripe.base))
+            .basic_auth(KEY, Some(""))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        refunds["data"].as_array().unwrap().len(),
+        2,
+        "one refund per extra charge"
+    );
+    // The next detection finds nothing left to refund.
+    let found = reconcile::detect(&pool, period).await;
+    assert!(found.is_ok());
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM reconciliation_findings WHERE resolved_at IS NULL",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(open, 0);
+}

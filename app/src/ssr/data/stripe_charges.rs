@@ -70,15 +70,9 @@ pub async fn start_or_resume(
     Ok((sync, false))
 }
 
-/// Stores one page of charges (new ones inserted, known ones refreshed) and
-/// moves the sync past it, in one transaction: an interrupted sync resumes
-/// after the last page stored.
-pub async fn store_page(
-    tx: &mut PgConnection,
-    sync: i64,
-    charges: &[SyncedCharge],
-    finished: bool,
-) -> Result<SyncRow, sqlx::Error> {
+/// Stores charges as Stripe reported them: new ones inserted, known ones
+/// refreshed.
+pub async fn upsert(db: &mut PgConnection, charges: &[SyncedCharge]) -> Result<(), sqlx::Error> {
     let column = |f: fn(&SyncedCharge) -> Option<String>| charges.iter().map(f).collect::<Vec<_>>();
     sqlx::query(
         "INSERT INTO stripe_charges (id, payment_intent, stripe_customer, amount_cents, amount_refunded_cents,
@@ -101,8 +95,20 @@ pub async fn store_page(
     .bind(column(|c| c.customer_id.clone()))
     .bind(column(|c| c.billing_period.clone()))
     .bind(charges.iter().map(|c| c.created_at).collect::<Vec<_>>())
-    .execute(&mut *tx)
+    .execute(db)
     .await?;
+    Ok(())
+}
+
+/// Stores one page of charges and moves the sync past it, in one
+/// transaction: an interrupted sync resumes after the last page stored.
+pub async fn store_page(
+    tx: &mut PgConnection,
+    sync: i64,
+    charges: &[SyncedCharge],
+    finished: bool,
+) -> Result<SyncRow, sqlx::Error> {
+    upsert(tx, charges).await?;
     sqlx::query_as(&format!(
         "UPDATE stripe_syncs SET pages = pages + 1, charges_seen = charges_seen + $2,
              cursor = COALESCE($3, cursor), error = NULL,
