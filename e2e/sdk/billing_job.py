@@ -4,6 +4,11 @@ line per customer (`cust_… ch_…` or `cust_… refused <code>`).
 
 Usage: python billing_job.py --api-base URL --key VK --period YYYY-MM
                              --customers N --amount CENTS [--prefix P]
+                             [--idempotency-prefix I]
+
+The idempotency key is `<I>-<customer>-<period>` (I defaults to `bill`): a
+redelivery that rotates it (as the seed articles' buggy consumers do) is a
+second charge for the same customer.
 """
 
 import argparse
@@ -19,6 +24,7 @@ def main() -> None:
     parser.add_argument("--customers", type=int, required=True)
     parser.add_argument("--amount", type=int, required=True)
     parser.add_argument("--prefix", default="cust")
+    parser.add_argument("--idempotency-prefix", default="bill")
     args = parser.parse_args()
 
     sdk = stripe.StripeClient(args.key, base_addresses={"api": args.api_base}, max_network_retries=0)
@@ -32,7 +38,7 @@ def main() -> None:
                     "source": "pm_card_visa",
                     "metadata": {"customer_id": customer, "billing_period": args.period},
                 },
-                options={"idempotency_key": f"bill-{customer}-{args.period}"},
+                options={"idempotency_key": f"{args.idempotency_prefix}-{customer}-{args.period}"},
             )
             print(customer, charge.id, flush=True)
         except stripe.StripeError as error:

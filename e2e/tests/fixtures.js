@@ -52,10 +52,11 @@ function currentPeriod() {
  * customers named `${prefix}_0000…`; its output lines (`cust_… ch_…` or
  * `cust_… refused <code>`).
  */
-function runBillingJob(baseURL, key, customers, amount, prefix) {
+function runBillingJob(baseURL, key, customers, amount, prefix, idempotencyPrefix = 'bill') {
   const out = execFileSync(python, [
     billingJob, '--api-base', baseURL, '--key', key, '--period', currentPeriod(),
     '--customers', String(customers), '--amount', String(amount), '--prefix', prefix,
+    '--idempotency-prefix', idempotencyPrefix,
   ], { encoding: 'utf8' });
   return out.trim().split('\n');
 }
@@ -71,4 +72,4 @@ async function createKey(page, visit, { label, expected, buffer }) {
   return (await page.getByTestId('one-time-secret').textContent()) ?? '';
 }
 
-module.exports = { test, expect: base.expect, accounts, sql, runBillingJob, createKey };
+module.exports = { test, expect: base.expect, accounts, sql, runBillingJob, createKey, currentPeriod };
