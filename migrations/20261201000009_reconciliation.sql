@@ -69,3 +69,38 @@ CREATE TABLE reconciliation_findings (
 );
 CREATE INDEX reconciliation_findings_open_idx ON reconciliation_findings (billing_period, kind)
     WHERE resolved_at IS NULL;
+
+-- A call whose outcome was unknown (a 5xx, a timeout, a killed proxy) stays
+-- reserved until reconciliation knows it: 'settled' when Stripe has the
+-- charge (it moves to spent), 'released' when a later sync shows Stripe
+-- never made it. Only app/src/ssr/data/spend.rs calls this, like the other
+-- ledger functions.
+ALTER TABLE reservations ADD COLUMN stripe_charge_id text;
+CREATE UNIQUE INDEX reservations_stripe_charge_idx ON reservations (stripe_charge_id)
+    WHERE stripe_charge_id IS NOT NULL;
+
+CREATE FUNCTION settle_unknown_spend(p_reservation bigint, p_state text, p_charge text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    key_id bigint;
+    amount bigint;
+BEGIN
+    IF p_state NOT IN ('settled', 'released') THEN
+        RAISE EXCEPTION 'an unknown outcome is settled or released, not %', p_state;
+    END IF;
+    UPDATE reservations SET state = p_state, settled_at = now(), stripe_charge_id = p_charge
+    WHERE id = p_reservation AND state = 'outcome_unknown'
+    RETURNING vault_key_id, amount_cents INTO key_id, amount;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_state = 'settled' THEN
+        UPDATE vault_keys SET reserved_cents = reserved_cents - amount, spent_cents = spent_cents + amount
+        WHERE id = key_id;
+    ELSE
+        UPDATE vault_keys SET reserved_cents = reserved_cents - amount WHERE id = key_id;
+    END IF;
+    RETURN true;
+END
+$$;

@@ -58,7 +58,7 @@ pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
             );
         })
         .await?;
-        let found = reconcile::detect(&db.pool, period).await?;
+        let reconcile::Detected { findings: found, unknown } = reconcile::detect(&db.pool, period).await?;
         actions::record(
             &db.pool,
             actions::Actor::Cli,
@@ -67,12 +67,15 @@ pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
             Some(period.to_string()),
             serde_json::json!({ "sync_id": synced.id, "pages": synced.pages,
                 "charges_seen": synced.charges_seen, "orphaned": found.orphaned,
-                "duplicate": found.duplicate, "missing": found.missing, "cleared": found.cleared }),
+                "duplicate": found.duplicate, "missing": found.missing, "cleared": found.cleared,
+                "unknown_settled": unknown.settled, "unknown_released": unknown.released }),
         )
         .await?;
         println!(
-            "Synced {} charges in {} pages. Findings: {} orphaned, {} duplicate, {} missing; {} cleared.",
-            synced.charges_seen, synced.pages, found.orphaned, found.duplicate, found.missing, found.cleared
+            "Synced {} charges in {} pages. Findings: {} orphaned, {} duplicate, {} missing; {} cleared. \
+             Calls of unknown outcome: {} settled, {} released.",
+            synced.charges_seen, synced.pages, found.orphaned, found.duplicate, found.missing, found.cleared,
+            unknown.settled, unknown.released
         );
         anyhow::Ok(())
     }

@@ -10,24 +10,49 @@ use sqlx::PgPool;
 
 use app::{
     domain::BillingPeriod,
-    ssr::data::{findings, stripe_charges},
+    ssr::data::{
+        actions::{self, Actor},
+        findings, spend, stripe_charges,
+    },
 };
 
-/// Detects findings for a period from its last finished sync.
-pub async fn detect(
-    pool: &PgPool,
-    period: BillingPeriod,
-) -> Result<findings::Detected, DetectError> {
-    if stripe_charges::last_finished(pool, &period.to_string())
-        .await?
-        .is_none()
-    {
+/// Detects findings for a period from its last finished sync, and decides
+/// the period's calls whose outcome was unknown (settled or released, each
+/// recorded in the action log): what closes the cap rule after timeouts
+/// and crashes.
+pub async fn detect(pool: &PgPool, period: BillingPeriod) -> Result<Detected, DetectError> {
+    let name = period.to_string();
+    let Some(sync) = stripe_charges::last_finished(pool, &name).await? else {
         return Err(DetectError::NotSynced(period));
-    }
+    };
     let mut tx = pool.begin().await?;
-    let found = findings::detect(&mut tx, period, Utc::now()).await?;
+    let findings = findings::detect(&mut tx, period, Utc::now()).await?;
+    let (unknown, decided) = spend::settle_unknown(&mut tx, &name, sync.started_at).await?;
+    for (reservation, charge) in decided {
+        let action = if charge.is_some() {
+            "reservation.settle"
+        } else {
+            "reservation.release"
+        };
+        actions::record(
+            &mut *tx,
+            Actor::System,
+            action,
+            "reservation",
+            Some(reservation.to_string()),
+            serde_json::json!({ "stripe_charge_id": charge, "sync_id": sync.id }),
+        )
+        .await?;
+    }
     tx.commit().await?;
-    Ok(found)
+    Ok(Detected { findings, unknown })
+}
+
+/// What one detection did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Detected {
+    pub findings: findings::Detected,
+    pub unknown: spend::UnknownOutcomes,
 }
 
 #[derive(Debug, thiserror::Error)]

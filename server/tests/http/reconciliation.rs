@@ -392,3 +392,95 @@ async fn a_finding_resolved_twice_at_once_is_resolved_once(pool: PgPool) {
     .unwrap();
     assert_eq!(recorded, 1);
 }
+
+/// A finished sync of the period, started now.
+async fn synced(pool: &PgPool) {
+    sqlx::query(
+        "INSERT INTO stripe_syncs (billing_period, created_from, created_to, finished_at)
+         VALUES ($1, now() - interval '40 days', now() + interval '3 days', now())",
+    )
+    .bind(PERIOD)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn calls_of_unknown_outcome_are_settled_by_stripes_charge_or_released(pool: PgPool) {
+    use crate::proxy::proxy_with_key;
+
+    // Two calls whose outcome the proxy could not know: a 500 and a timeout.
+    let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 5_000).await;
+    for (customer, cents) in [("cus_500", 1_000), ("cus_slow", 700)] {
+        let body = format!(
+            "amount={cents}&currency=usd&customer={customer}&metadata%5Bcustomer_id%5D=c_{customer}&metadata%5Bbilling_period%5D={PERIOD}"
+        );
+        let response = app.stripe("/v1/charges", &key, &body, &[]).await;
+        assert!(response.status.is_server_error(), "{}", response.body);
+    }
+    let money = || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1",
+        )
+        .bind(key_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(money().await, (0, 1_700), "both stay reserved");
+    // An hour later, a sync shows Stripe made the first charge, not the second.
+    sqlx::query("UPDATE reservations SET created_at = now() - interval '1 hour'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    charge(
+        &pool,
+        "ch_made",
+        "c_cus_500",
+        1_000,
+        0,
+        "succeeded",
+        23 * 60,
+    )
+    .await;
+    sqlx::query("UPDATE stripe_charges SET created_at = now() - interval '59 minutes'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    synced(&pool).await;
+
+    let found = server::reconcile::detect(&pool, PERIOD.parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!((found.unknown.settled, found.unknown.released), (1, 1));
+    assert_eq!(
+        money().await,
+        (1_000, 0),
+        "the made charge is spent, the other released"
+    );
+    let states: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT state, stripe_charge_id FROM reservations ORDER BY amount_cents DESC",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        states,
+        [
+            ("settled".into(), Some("ch_made".into())),
+            ("released".into(), None)
+        ]
+    );
+    let logged: Vec<String> = sqlx::query_scalar(
+        "SELECT action FROM operator_actions WHERE action LIKE 'reservation.%' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(logged.len(), 2);
+    // Again: nothing left to decide.
+    let again = server::reconcile::detect(&pool, PERIOD.parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!((again.unknown.settled, again.unknown.released), (0, 0));
+}

@@ -137,7 +137,7 @@ async fn a_period_syncs_page_by_page_and_detection_finds_the_seeds_failure_modes
     assert_eq!(seen, [3, 4], "two pages of at most three");
     assert!(synced.finished_at.is_some());
 
-    let found = reconcile::detect(&pool, period).await.unwrap();
+    let found = reconcile::detect(&pool, period).await.unwrap().findings;
     assert_eq!((found.orphaned, found.duplicate, found.missing), (1, 1, 1));
     let kinds: Vec<(String, String, Vec<String>, Option<String>)> = sqlx::query_as(
         "SELECT kind, customer_id, charge_ids, keeper_charge_id FROM reconciliation_findings ORDER BY kind",

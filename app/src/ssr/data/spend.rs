@@ -143,3 +143,69 @@ pub async fn sweep_abandoned(pool: &PgPool, older_than_secs: i64) -> Result<u64,
     tx.commit().await?;
     Ok(swept)
 }
+
+/// What reconciliation decided about calls whose outcome was unknown.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownOutcomes {
+    /// Stripe has the charge: the amount is spent.
+    pub settled: u64,
+    /// A sync made well after the call shows no such charge: released.
+    pub released: u64,
+}
+
+/// Decides the period's unknown outcomes from the synced charges, one call
+/// at a time (so one charge settles at most one call): a succeeded charge
+/// for the call's customer, period and amount, created from a minute before
+/// the call to an hour after it, settles it; none releases it. Only calls
+/// made at least ten minutes before `synced_from` (when the sync started)
+/// are decided, so Stripe has had time to show the charge.
+pub async fn settle_unknown(
+    tx: &mut sqlx::PgConnection,
+    period: &str,
+    synced_from: chrono::DateTime<chrono::Utc>,
+) -> Result<(UnknownOutcomes, Vec<(i64, Option<String>)>), sqlx::Error> {
+    let unknown: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM reservations
+         WHERE state = 'outcome_unknown' AND billing_period = $1 AND created_at < $2 - interval '10 minutes'
+         ORDER BY id",
+    )
+    .bind(period)
+    .bind(synced_from)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut outcomes = UnknownOutcomes::default();
+    let mut decided = Vec::with_capacity(unknown.len());
+    for id in unknown {
+        let charge: Option<String> = sqlx::query_scalar(
+            "SELECT c.id FROM reservations r JOIN stripe_charges c
+               ON c.customer_id = r.metadata_customer_id AND c.billing_period = r.billing_period
+              AND c.amount_cents = r.amount_cents AND c.status = 'succeeded'
+              AND c.created_at BETWEEN r.created_at - interval '1 minute' AND r.created_at + interval '1 hour'
+             WHERE r.id = $1
+               AND NOT EXISTS (SELECT 1 FROM reservations o WHERE o.stripe_charge_id = c.id)
+             ORDER BY c.created_at, c.id LIMIT 1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let state = if charge.is_some() {
+            "settled"
+        } else {
+            "released"
+        };
+        let changed: bool = sqlx::query_scalar("SELECT settle_unknown_spend($1, $2, $3)")
+            .bind(id)
+            .bind(state)
+            .bind(&charge)
+            .fetch_one(&mut *tx)
+            .await?;
+        if changed {
+            match charge {
+                Some(_) => outcomes.settled += 1,
+                None => outcomes.released += 1,
+            }
+            decided.push((id, charge));
+        }
+    }
+    Ok((outcomes, decided))
+}
