@@ -3,7 +3,59 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Cents, Currency};
+use super::{BillingPeriod, Cents, Currency, ParseError};
+
+/// The findings a page or an export shows: one period (the current UTC one
+/// when not given), optionally one kind, open (default), resolved or all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FindingFilter {
+    pub period: BillingPeriod,
+    pub kind: Option<FindingKind>,
+    /// `Some(true)` open, `Some(false)` resolved, `None` all.
+    pub open: Option<bool>,
+}
+
+impl FindingFilter {
+    pub fn parse(
+        period: Option<&str>,
+        kind: Option<&str>,
+        state: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<Self, ParseError> {
+        let period = match period.map(str::trim) {
+            None | Some("") => BillingPeriod::containing(now),
+            Some(raw) => raw.parse()?,
+        };
+        let kind = match kind.map(str::trim) {
+            None | Some("") | Some("all") => None,
+            Some(raw) => Some(FindingKind::parse(raw).ok_or_else(|| {
+                ParseError::new(format!(
+                    "{raw:?} is not a kind of finding: use orphaned, duplicate or missing"
+                ))
+            })?),
+        };
+        let open = match state.map(str::trim).unwrap_or("open") {
+            "open" => Some(true),
+            "resolved" => Some(false),
+            "all" => None,
+            other => {
+                return Err(ParseError::new(format!(
+                    "{other:?} is not a state: use open, resolved or all"
+                )))
+            }
+        };
+        Ok(Self { period, kind, open })
+    }
+
+    /// `open`, `resolved` or `all`.
+    pub fn state(&self) -> &'static str {
+        match self.open {
+            Some(true) => "open",
+            Some(false) => "resolved",
+            None => "all",
+        }
+    }
+}
 
 /// What a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -120,6 +172,8 @@ pub struct SyncSummary {
 /// What the Reconciliation page shows for one period.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReconciliationView {
+    /// The query string of the page's filters, for the CSV export's link.
+    pub export_query: String,
     pub period: String,
     /// Periods with synced charges or billing records, newest first.
     pub periods: Vec<String>,

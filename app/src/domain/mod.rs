@@ -28,7 +28,9 @@ pub use cap_increase::{
 pub use decision::Decision;
 pub use email::Email;
 pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
-pub use finding::{Finding, FindingKind, FindingTotal, ReconciliationView, SyncSummary};
+pub use finding::{
+    Finding, FindingFilter, FindingKind, FindingTotal, ReconciliationView, SyncSummary,
+};
 pub use key_draft::{FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
 pub use key_list::{
     CallSummary, DecisionCount, KeyDetail, KeyFilter, KeyList, KeyQuery, KeySort, KEYS_PER_PAGE,

@@ -65,7 +65,10 @@ fn Reconciliation(data: ReconciliationView, can_act: bool) -> impl IntoView {
                     }).collect_view()}
                 </select>
             </div>
-            <div class="filter-actions"><button type="submit" class="button button-quiet">"Show"</button></div>
+            <div class="filter-actions">
+                <button type="submit" class="button button-quiet">"Show"</button>
+                <a class="button button-quiet" href=format!("/reconciliation.csv?{}", data.export_query) download>"Download CSV"</a>
+            </div>
         </form>
         <SyncPanel data=data.clone() can_act/>
         <Totals data=data.clone()/>

@@ -11,38 +11,21 @@ pub async fn get_reconciliation(
     state: Option<String>,
 ) -> Result<ReconciliationView, AppError> {
     use crate::{
-        domain::{BillingPeriod, Cents, Currency, FindingKind, FindingTotal, Role, SyncSummary},
+        domain::{Cents, Currency, FindingFilter, FindingKind, FindingTotal, Role, SyncSummary},
         ssr::{
             self,
             data::{findings, stripe_charges},
         },
     };
     ssr::auth::require(Role::Viewer)?;
-    let period: BillingPeriod = match period.as_deref().map(str::trim) {
-        None | Some("") => BillingPeriod::containing(chrono::Utc::now()),
-        Some(raw) => raw.parse()?,
-    };
-    let kind = match kind.as_deref() {
-        None | Some("") | Some("all") => None,
-        Some(raw) => Some(FindingKind::parse(raw).ok_or_else(|| {
-            AppError::Invalid(format!(
-                "{raw:?} is not a kind of finding: use orphaned, duplicate or missing"
-            ))
-        })?),
-    };
-    let state = state.unwrap_or_else(|| "open".into());
-    let open = match state.as_str() {
-        "open" => Some(true),
-        "resolved" => Some(false),
-        "all" => None,
-        other => {
-            return Err(AppError::Invalid(format!(
-                "{other:?} is not a state: use open, resolved or all"
-            )))
-        }
-    };
+    let filter = FindingFilter::parse(
+        period.as_deref(),
+        kind.as_deref(),
+        state.as_deref(),
+        chrono::Utc::now(),
+    )?;
     let pool = &expect_context::<ssr::AppState>().pool;
-    let name = period.to_string();
+    let name = filter.period.to_string();
     let last_sync = stripe_charges::last(pool, &name)
         .await?
         .map(|s| SyncSummary {
@@ -65,12 +48,17 @@ pub async fn get_reconciliation(
         })
         .collect();
     Ok(ReconciliationView {
-        findings: findings::list(pool, &name, kind, open, 500).await?,
+        findings: findings::list(pool, &name, filter.kind, filter.open, 500).await?,
         periods: findings::periods(pool).await?,
+        export_query: format!(
+            "period={name}&kind={}&state={}",
+            filter.kind.map(FindingKind::as_str).unwrap_or("all"),
+            filter.state()
+        ),
         period: name,
         last_sync,
         totals,
-        state,
-        kind,
+        state: filter.state().to_owned(),
+        kind: filter.kind,
     })
 }

@@ -6,6 +6,7 @@ mod audit_export;
 mod auth;
 mod cap_increases;
 mod error;
+mod findings_export;
 mod forms;
 mod operators;
 mod reconciliation;
@@ -63,6 +64,7 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
             post(cap_increases::request),
         )
         .route("/approvals/{id}/decide", post(cap_increases::decide))
+        .route("/reconciliation.csv", get(findings_export::export))
         .route("/reconciliation/sync", post(reconciliation::sync))
         .route("/reconciliation/{id}/adopt", post(reconciliation::adopt))
         .route("/reconciliation/{id}/refund", post(reconciliation::refund))

@@ -484,3 +484,64 @@ async fn calls_of_unknown_outcome_are_settled_by_stripes_charge_or_released(pool
         .unwrap();
     assert_eq!((again.unknown.settled, again.unknown.released), (0, 0));
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_findings_download_as_csv_with_the_pages_filters(pool: PgPool) {
+    use crate::helpers::TestApp;
+    use app::domain::Role;
+    use axum::http::StatusCode;
+
+    seeded(&pool).await;
+    // A customer id a spreadsheet would run as a formula.
+    charge(&pool, "ch_F", "=HYPERLINK(\"x\")", 100, 0, "succeeded", 9).await;
+    detect(&pool).await;
+    let app = TestApp::new(pool.clone());
+    let viewer = app.signed_in("viewer@example.com", Role::Viewer).await;
+    let all = app
+        .get(
+            "/reconciliation.csv?period=2026-07&state=all",
+            Some(&viewer),
+        )
+        .await;
+    assert_eq!(all.status, StatusCode::OK);
+    assert!(all.headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .contains("vaultcap-findings-2026-07-all.csv"));
+    let mut reader = csv::Reader::from_reader(all.body.as_bytes());
+    assert_eq!(reader.headers().unwrap().len(), 15);
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 3);
+    let formula = rows.iter().find(|r| r[4] == *"ch_F").unwrap();
+    assert_eq!(&formula[3], "'=HYPERLINK(\"x\")");
+    let duplicate = rows.iter().find(|r| &r[1] == "duplicate").unwrap();
+    assert_eq!(
+        (&duplicate[4], &duplicate[5], &duplicate[6], &duplicate[7]),
+        ("ch_A ch_B", "ch_A", "5000", "50.00")
+    );
+
+    let orphans = app
+        .get(
+            "/reconciliation.csv?period=2026-07&kind=orphaned",
+            Some(&viewer),
+        )
+        .await;
+    assert_eq!(
+        csv::Reader::from_reader(orphans.body.as_bytes())
+            .records()
+            .count(),
+        2
+    );
+    let bad = app
+        .get("/reconciliation.csv?kind=nope", Some(&viewer))
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(bad.body.contains("is not a kind of finding"), "{}", bad.body);
+    let logged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM operator_actions WHERE action = 'export_findings_csv'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(logged, 2);
+}
