@@ -55,6 +55,21 @@ impl FindingForm {
     }
 }
 
+/// The operator behind a form and the form, or the response refusing them
+/// (not an operator; a form that cannot be read).
+async fn operator_form(
+    me: Option<Extension<Me>>,
+    ip: Option<std::net::IpAddr>,
+    session: &Session,
+    form: Result<Form<FindingForm>, FormRejection>,
+) -> Result<(Actor, FindingForm), Response> {
+    let me = require(me, Role::Operator).map_err(IntoResponse::into_response)?;
+    match readable(form) {
+        Ok(form) => Ok((Actor::Operator { id: me.id, ip }, form)),
+        Err(failure) => Err(PAGE.back_with(session, Err(failure)).await),
+    }
+}
+
 pub async fn adopt(
     State(state): State<AppState>,
     me: Option<Extension<Me>>,
@@ -63,15 +78,10 @@ pub async fn adopt(
     Path(id): Path<i64>,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
+    let (actor, form) = match operator_form(me, ip, &session, form).await {
+        Ok(pair) => pair,
+        Err(refused) => return refused,
     };
-    let form = match readable(form) {
-        Ok(form) => form,
-        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
-    };
-    let actor = Actor::Operator { id: me.id, ip };
     let outcome = reconciliation::adopt(&state.pool, actor, id)
         .await
         .map(|finding| {
@@ -93,15 +103,10 @@ pub async fn dismiss(
     Path(id): Path<i64>,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
+    let (actor, form) = match operator_form(me, ip, &session, form).await {
+        Ok(pair) => pair,
+        Err(refused) => return refused,
     };
-    let form = match readable(form) {
-        Ok(form) => form,
-        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
-    };
-    let actor = Actor::Operator { id: me.id, ip };
     let outcome = reconciliation::dismiss(&state.pool, actor, id, &form.reason)
         .await
         .map(|finding| {
@@ -124,13 +129,9 @@ pub async fn sync(
     session: Session,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
-    let form = match readable(form) {
-        Ok(form) => form,
-        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
+    let (actor, form) = match operator_form(me, ip, &session, form).await {
+        Ok(pair) => pair,
+        Err(refused) => return refused,
     };
     let outcome = async {
         let period: BillingPeriod = form.period.parse()?;
@@ -141,7 +142,7 @@ pub async fn sync(
         })?;
         actions::record(
             &state.pool,
-            Actor::Operator { id: me.id, ip },
+            actor,
             "reconcile.sync",
             "billing_period",
             Some(period.to_string()),
@@ -180,13 +181,9 @@ pub async fn refund(
     Path(id): Path<i64>,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
-    let form = match readable(form) {
-        Ok(form) => form,
-        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
+    let (actor, form) = match operator_form(me, ip, &session, form).await {
+        Ok(pair) => pair,
+        Err(refused) => return refused,
     };
     let outcome = async {
         if form.confirm.as_deref() != Some("yes") {
@@ -199,7 +196,6 @@ pub async fn refund(
                 "Vaultcap has no Stripe key (STRIPE_SECRET_KEY), so it cannot refund".into(),
             )
         })?;
-        let actor = Actor::Operator { id: me.id, ip };
         let (finding, refunded) =
             reconcile::refund::refund_duplicate(&state.pool, &client, actor, id).await?;
         Ok(Notice::success(format!(

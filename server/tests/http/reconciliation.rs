@@ -536,7 +536,11 @@ async fn the_findings_download_as_csv_with_the_pages_filters(pool: PgPool) {
         .get("/reconciliation.csv?kind=nope", Some(&viewer))
         .await;
     assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(bad.body.contains("is not a kind of finding"), "{}", bad.body);
+    assert!(
+        bad.body.contains("is not a kind of finding"),
+        "{}",
+        bad.body
+    );
     let logged: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM operator_actions WHERE action = 'export_findings_csv'",
     )

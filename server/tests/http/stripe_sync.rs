@@ -60,6 +60,20 @@ impl Localstripe {
         }
     }
 
+    /// `GET path` with the key, as JSON.
+    async fn get(&self, path: &str) -> Value {
+        let text = reqwest::Client::new()
+            .get(format!("{}{path}", self.base))
+            .basic_auth(KEY, Some(""))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
     /// A charge as a billing job makes it; its id.
     async fn charge(&self, customer: &str, amount: i64) -> String {
         let period = BillingPeriod::containing(Utc::now()).to_string();
@@ -232,16 +246,7 @@ fn stripe_error(message: &str) -> String {
 async fn a_sync_stopped_by_a_stripe_error_resumes_after_its_last_page(pool: PgPool) {
     let stripe = Localstripe::start().await;
     let id = stripe.charge("cust_1", 5000).await;
-    let template = reqwest::Client::new()
-        .get(format!("{}/v1/charges/{id}", stripe.base))
-        .basic_auth(KEY, Some(""))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let template: Value = serde_json::from_str(&template).unwrap();
+    let template = stripe.get(&format!("/v1/charges/{id}")).await;
     let (base, seen) = scripted(vec![
         (200, page(&template, &["ch_p1a", "ch_p1b"], true).await),
         (500, stripe_error("An unknown error occurred")),
@@ -458,18 +463,7 @@ async fn a_duplicate_is_refunded_in_stripe_once_however_often_it_is_asked(pool: 
         )),
         "{page}"
     );
-    let charge: Value = serde_json::from_str(
-        &http
-            .get(format!("{}/v1/charges/{extra}", stripe.base))
-            .basic_auth(KEY, Some(""))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let charge = stripe.get(&format!("/v1/charges/{extra}")).await;
     assert_eq!(
         (
             charge["refunded"].as_bool(),
@@ -495,18 +489,7 @@ async fn a_duplicate_is_refunded_in_stripe_once_however_often_it_is_asked(pool: 
     // The charge refunded by hand counts as done; nothing is refunded twice.
     let page = refund(second, "confirm=yes").await;
     assert!(page.contains(&format!("Refunded {extra_2}")), "{page}");
-    let refunds: Value = serde_json::from_str(
-        &http
-            .get(format!("{}/v1/refunds?limit=100", stripe.base))
-            .basic_auth(KEY, Some(""))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let refunds = stripe.get("/v1/refunds?limit=100").await;
     assert_eq!(
         refunds["data"].as_array().unwrap().len(),
         2,
