@@ -28,6 +28,17 @@ use crate::reconcile::{self, sync};
 #[derive(Clone)]
 pub struct Stripe(pub Option<std::sync::Arc<stripe::Client>>);
 
+impl Stripe {
+    /// The client, or why Vaultcap cannot `what` without one.
+    fn or_refuse(self, what: &str) -> Result<std::sync::Arc<stripe::Client>, AppError> {
+        self.0.ok_or_else(|| {
+            AppError::Invalid(format!(
+                "Vaultcap has no Stripe key (STRIPE_SECRET_KEY), so it cannot {what}"
+            ))
+        })
+    }
+}
+
 const PAGE: Page = Page {
     path: "/reconciliation",
     gone: "That finding no longer exists.",
@@ -135,11 +146,7 @@ pub async fn sync(
     };
     let outcome = async {
         let period: BillingPeriod = form.period.parse()?;
-        let client = client.ok_or_else(|| {
-            AppError::Invalid(
-                "Vaultcap has no Stripe key (STRIPE_SECRET_KEY), so it cannot sync".into(),
-            )
-        })?;
+        let client = Stripe(client).or_refuse("sync")?;
         actions::record(
             &state.pool,
             actor,
@@ -191,11 +198,7 @@ pub async fn refund(
                 "tick the box to confirm the refund: it gives money back to the customer".into(),
             ));
         }
-        let client = client.ok_or_else(|| {
-            AppError::Invalid(
-                "Vaultcap has no Stripe key (STRIPE_SECRET_KEY), so it cannot refund".into(),
-            )
-        })?;
+        let client = Stripe(client).or_refuse("refund")?;
         let (finding, refunded) =
             reconcile::refund::refund_duplicate(&state.pool, &client, actor, id).await?;
         Ok(Notice::success(format!(
