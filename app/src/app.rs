@@ -8,9 +8,9 @@ use leptos_router::{
 use crate::{
     components::Layout,
     pages::{
-        ActionLogPage, AlertsPage, ApprovalsPage, AuditCallPage, AuditLogPage, CapIncreasePage,
-        KeyPage, LoginPage, NewKeyPage, NotFoundPage, OperatorsPage, OverviewPage,
-        ReconciliationPage, VaultKeysPage,
+        ActionLogPage, AlertsPage, ApprovalsPage, AuditCallPage, AuditLogPage, BulkResolvePage,
+        CapIncreasePage, FindingPage, KeyPage, LoginPage, NewKeyPage, NotFoundPage, OperatorsPage,
+        OverviewPage, ReconciliationPage, VaultKeysPage,
     },
 };
 
@@ -57,6 +57,8 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/audit/:id") view=AuditCallPage/>
                     <Route path=path!("/actions") view=ActionLogPage/>
                     <Route path=path!("/reconciliation") view=ReconciliationPage/>
+                    <Route path=path!("/reconciliation/bulk") view=BulkResolvePage/>
+                    <Route path=path!("/reconciliation/:id") view=FindingPage/>
                     <Route path=path!("/approvals") view=ApprovalsPage/>
                     <Route path=path!("/operators") view=OperatorsPage/>
                 </ParentRoute>

@@ -184,3 +184,194 @@ pub struct ReconciliationView {
     pub state: String,
     pub kind: Option<FindingKind>,
 }
+
+/// A charge as a finding's page compares it: what Stripe last said, and
+/// what the proxy saw when it was made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceCharge {
+    pub id: String,
+    /// False when the last sync did not see it (a missing charge).
+    pub synced: bool,
+    pub in_finding: bool,
+    pub keeper: bool,
+    pub created_at: Option<DateTime<Utc>>,
+    pub amount: Cents,
+    pub refunded: Cents,
+    pub currency: Currency,
+    pub status: Option<String>,
+    pub payment_intent: Option<String>,
+    pub stripe_customer: Option<String>,
+    pub metadata_customer_id: Option<String>,
+    pub metadata_billing_period: Option<String>,
+    /// The Idempotency-Key of the proxy call that made it, if one did.
+    pub idempotency_key: Option<String>,
+    /// The vault key prefix of that call.
+    pub key_prefix: Option<String>,
+}
+
+/// The billing job's row for the finding's customer and period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceRecord {
+    pub charge_id: Option<String>,
+    pub amount: Cents,
+    pub currency: Currency,
+    pub status: String,
+    pub stripe_customer_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A proxy call for the finding's customer and period, or for one of its
+/// charges.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceCall {
+    /// The audit row.
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub key_prefix: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub idempotency_key: Option<String>,
+    pub amount: Option<Cents>,
+    pub decision: super::Decision,
+    pub upstream_status: Option<i16>,
+    pub stripe_object_id: Option<String>,
+    pub message: Option<String>,
+}
+
+/// Everything a finding's page shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FindingEvidence {
+    pub finding: Finding,
+    /// The finding's charges and the customer's other charges in the period,
+    /// oldest first.
+    pub charges: Vec<EvidenceCharge>,
+    pub record: Option<EvidenceRecord>,
+    pub calls: Vec<EvidenceCall>,
+    /// What people did about it, oldest first.
+    pub history: Vec<super::ActionEntry>,
+    pub last_synced_at: Option<DateTime<Utc>>,
+}
+
+/// The most findings one bulk action resolves: a larger set is previewed
+/// and resolved in parts.
+pub const MAX_BULK: usize = 200;
+
+/// One resolution applied to every finding of a filtered set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    /// Adopt every orphaned charge.
+    Adopt,
+    /// Refund every duplicate's extra charges.
+    Refund,
+    /// Dismiss every finding with one reason.
+    Dismiss,
+}
+
+impl BulkAction {
+    pub const ALL: [BulkAction; 3] = [Self::Adopt, Self::Refund, Self::Dismiss];
+
+    pub fn parse(raw: &str) -> Result<Self, ParseError> {
+        Self::ALL
+            .into_iter()
+            .find(|action| action.as_str() == raw.trim())
+            .ok_or_else(|| {
+                ParseError::new(format!(
+                    "{raw:?} is not a bulk action: use adopt, refund or dismiss"
+                ))
+            })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Adopt => "adopt",
+            Self::Refund => "refund",
+            Self::Dismiss => "dismiss",
+        }
+    }
+
+    /// The only kind it applies to (dismissing applies to any).
+    pub fn kind(self) -> Option<FindingKind> {
+        match self {
+            Self::Adopt => Some(FindingKind::Orphaned),
+            Self::Refund => Some(FindingKind::Duplicate),
+            Self::Dismiss => None,
+        }
+    }
+
+    /// The form's option.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Adopt => "Adopt the orphaned charges",
+            Self::Refund => "Refund the duplicate charges",
+            Self::Dismiss => "Dismiss with one reason",
+        }
+    }
+
+    /// `Refunded`, as a result's notice starts.
+    pub fn done(self) -> &'static str {
+        match self {
+            Self::Adopt => "Adopted",
+            Self::Refund => "Refunded",
+            Self::Dismiss => "Dismissed",
+        }
+    }
+}
+
+/// What a bulk action would do, shown before it is confirmed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BulkPreview {
+    pub action: BulkAction,
+    pub period: String,
+    /// The page's kind filter.
+    pub kind: Option<FindingKind>,
+    /// The findings it applies to, the largest risk first (at most
+    /// [`MAX_BULK`]).
+    pub findings: Vec<Finding>,
+    /// Open findings of the filter it leaves for a next round.
+    pub left_over: i64,
+    /// The money at risk it resolves, per currency.
+    pub totals: Vec<(Currency, Cents)>,
+}
+
+/// The findings' money at risk per currency, in the order first seen.
+pub fn at_risk_by_currency(findings: &[Finding]) -> Vec<(Currency, Cents)> {
+    let mut totals: Vec<(Currency, Cents)> = Vec::new();
+    for finding in findings {
+        let currency = finding.currency();
+        match totals.iter_mut().find(|(c, _)| *c == currency) {
+            Some((_, total)) => total.0 += finding.amount_at_risk_cents,
+            None => totals.push((currency, finding.at_risk())),
+        }
+    }
+    totals
+}
+
+/// `150.00 USD and 20.00 EUR`.
+pub fn money_text(totals: &[(Currency, Cents)]) -> String {
+    let parts: Vec<String> = totals
+        .iter()
+        .map(|(currency, cents)| format!("{} {currency}", cents.format(currency)))
+        .collect();
+    match parts.as_slice() {
+        [] => "nothing".into(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+impl BulkPreview {
+    /// `150.00 USD and 20.00 EUR`.
+    pub fn total_text(&self) -> String {
+        money_text(&self.totals)
+    }
+
+    /// The findings' ids, as the confirmation form sends them back.
+    pub fn ids(&self) -> String {
+        self.findings
+            .iter()
+            .map(|f| f.id.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}

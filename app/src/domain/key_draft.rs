@@ -31,6 +31,8 @@ pub struct KeyDraft {
     pub label: String,
     /// Percentages separated by commas.
     pub thresholds: String,
+    /// `flag`, `block` or `off` (see [`super::DuplicatePolicy`]).
+    pub duplicate_policy: String,
 }
 
 impl KeyDraft {
@@ -47,6 +49,7 @@ impl KeyDraft {
             expires_at: Self::expiry_text(period.ends_at() - chrono::Duration::minutes(1)),
             label: format!("billing-run-{period}"),
             thresholds: "90".into(),
+            duplicate_policy: super::DuplicatePolicy::default().as_str().into(),
         }
     }
 
@@ -69,6 +72,7 @@ impl KeyDraft {
                 "expires_at" => draft.expires_at = value,
                 "label" => draft.label = value,
                 "thresholds" => draft.thresholds = value,
+                "duplicate_policy" => draft.duplicate_policy = value,
                 _ => {}
             }
         }

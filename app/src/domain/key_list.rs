@@ -261,6 +261,7 @@ pub struct CallSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KeyDetail {
     pub key: KeySummary,
+    pub duplicate_policy: super::DuplicatePolicy,
     pub buffer_bps: i32,
     pub allowed_endpoints: Vec<String>,
     pub created_at: DateTime<Utc>,

@@ -6,6 +6,7 @@ mod alert;
 mod audit_query;
 mod cap_increase;
 mod decision;
+mod duplicate_policy;
 mod email;
 mod endpoint;
 mod finding;
@@ -26,10 +27,13 @@ pub use cap_increase::{
     RequestState,
 };
 pub use decision::Decision;
+pub use duplicate_policy::DuplicatePolicy;
 pub use email::Email;
 pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
 pub use finding::{
-    Finding, FindingFilter, FindingKind, FindingTotal, ReconciliationView, SyncSummary,
+    at_risk_by_currency, money_text, BulkAction, BulkPreview, EvidenceCall, EvidenceCharge,
+    EvidenceRecord, Finding, FindingEvidence, FindingFilter, FindingKind, FindingTotal,
+    ReconciliationView, SyncSummary, MAX_BULK,
 };
 pub use key_draft::{FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
 pub use key_list::{

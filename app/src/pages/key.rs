@@ -4,7 +4,9 @@ use leptos_router::hooks::use_params_map;
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole, UtilizationMeter},
-    domain::{ApplyAs, Cents, KeyDetail, KeyStatus, KeySummary, Me, RequestState, Role},
+    domain::{
+        ApplyAs, Cents, DuplicatePolicy, KeyDetail, KeyStatus, KeySummary, Me, RequestState, Role,
+    },
     error::AppError,
     server_fns::get_vault_key,
 };
@@ -79,9 +81,40 @@ fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
         </section>
         <KeyAlerts detail=detail.clone()/>
         <CapHistory detail=detail.clone()/>
+        {raisable.then(|| view! { <PolicyForm id=key.id policy=detail.duplicate_policy/> })}
         {revocable.then(|| view! { <RevokeForm id=key.id label=key.label.clone()/> })}
     }
     .into_any()
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+/// The key's duplicate guard, changed from the next call on.
+#[component]
+fn PolicyForm(id: i64, policy: DuplicatePolicy) -> impl IntoView {
+    view! {
+        <section class="panel" aria-labelledby="guard-heading">
+            <h2 id="guard-heading">"Duplicate guard"</h2>
+            <p class="hint">"What the proxy does with a second charge for a customer and billing period under another idempotency key, as a redelivered message sends it. Changes apply from the next call."</p>
+            <form method="post" action=format!("/keys/{id}/duplicate-policy") class="form-inline">
+                <div class="field">
+                    <label for="duplicate-policy">"Policy"</label>
+                    <select id="duplicate-policy" name="duplicate_policy">
+                        {DuplicatePolicy::ALL.into_iter().map(|option| view! {
+                            <option value=option.as_str() selected=option == policy>{option.label()}</option>
+                        }).collect_view()}
+                    </select>
+                </div>
+                <button type="submit" class="button button-quiet">"Save duplicate guard"</button>
+            </form>
+        </section>
+    }
 }
 
 #[component]
@@ -250,6 +283,10 @@ fn KeyFacts(detail: KeyDetail) -> impl IntoView {
             <div><dt>"Billing period"</dt><dd>{key.billing_period.clone()}</dd></div>
             <div><dt>"Buffer over expected"</dt><dd>{buffer}</dd></div>
             <div><dt>"Alert thresholds"</dt><dd>{thresholds}</dd></div>
+            <div><dt>"Duplicate guard"</dt><dd>
+                <span data-testid="duplicate-policy">{detail.duplicate_policy.as_str()}</span>
+                <div class="hint">{format!("{}.", capitalized(detail.duplicate_policy.explain()))}</div>
+            </dd></div>
             <div><dt>"Expires"</dt><dd>{utc(key.expires_at)}</dd></div>
             <div><dt>"Created"</dt><dd>{created}</dd></div>
             <div><dt>"Allowed endpoints"</dt><dd>

@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::{ErrorPanel, RequireRole},
-    domain::{KeyDraft, KeyForm, Role, KNOWN_ENDPOINTS},
+    domain::{DuplicatePolicy, KeyDraft, KeyForm, Role, KNOWN_ENDPOINTS},
     server_fns::new_key_form,
 };
 
@@ -150,6 +150,15 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
                 <Field name="thresholds" label="Alert at (% of cap)" error=error_for("thresholds") hint="Comma-separated, e.g. 75, 90.">
                     <input id="thresholds" name="thresholds" type="text" value=draft.thresholds.clone()
                         aria-describedby="thresholds-hint thresholds-error" aria-invalid=error_for("thresholds").is_some().to_string()/>
+                </Field>
+                <Field name="duplicate_policy" label="Duplicate guard" error=error_for("duplicate_policy")
+                    hint="A second charge for a customer and period under another idempotency key (a redelivered message).">
+                    <select id="duplicate_policy" name="duplicate_policy"
+                        aria-describedby="duplicate_policy-hint duplicate_policy-error">
+                        {DuplicatePolicy::ALL.into_iter().map(|policy| view! {
+                            <option value=policy.as_str() selected=draft.duplicate_policy == policy.as_str()>{policy.label()}</option>
+                        }).collect_view()}
+                    </select>
                 </Field>
             </div>
             <div class="form-actions">

@@ -1,10 +1,10 @@
 use leptos::prelude::*;
-use leptos_meta::Title;
+use leptos_meta::{Meta, Title};
 use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{Finding, FindingKind, Me, ReconciliationView, Role},
+    domain::{BulkAction, Finding, FindingKind, Me, ReconciliationView, Role},
     server_fns::get_reconciliation,
 };
 
@@ -72,10 +72,14 @@ fn Reconciliation(data: ReconciliationView, can_act: bool) -> impl IntoView {
         </form>
         <SyncPanel data=data.clone() can_act/>
         <Totals data=data.clone()/>
+        {(can_act && data.state == "open" && !data.findings.is_empty()).then(|| view! { <BulkPanel data=data.clone()/> })}
         <Findings data can_act/>
     }
     .into_any()
 }
+
+/// How often a page showing a running sync reloads.
+const SYNC_REFRESH_SECS: &str = "2";
 
 #[component]
 fn SyncPanel(data: ReconciliationView, can_act: bool) -> impl IntoView {
@@ -99,20 +103,27 @@ fn SyncPanel(data: ReconciliationView, can_act: bool) -> impl IntoView {
                 sync.charges_seen
             ),
             (None, None) => format!(
-                "A sync started {} is under way: {} pages, {} charges so far.",
+                "A sync started {} is under way: {} pages, {} charges so far. This page follows it.",
                 utc(sync.started_at),
                 sync.pages,
                 sync.charges_seen
             ),
         },
     };
+    let running = data
+        .last_sync
+        .as_ref()
+        .is_some_and(|s| s.finished_at.is_none() && s.error.is_none());
     let class = if data.last_sync.as_ref().is_some_and(|s| s.error.is_some()) {
         "panel panel-error"
     } else {
         "panel"
     };
     view! {
-        <section class=format!("{class} sync-panel") aria-label="Stripe sync">
+        // While a sync runs the page reloads itself, so its progress (pages
+        // fetched, charges seen) and then its findings show without a click.
+        {running.then(|| view! { <Meta http_equiv="refresh" content=SYNC_REFRESH_SECS/> })}
+        <section class=format!("{class} sync-panel") aria-label="Stripe sync" aria-live="polite">
             <p data-testid="sync-state">{text}</p>
             {can_act.then(|| view! {
                 <form method="post" action="/reconciliation/sync">
@@ -123,6 +134,34 @@ fn SyncPanel(data: ReconciliationView, can_act: bool) -> impl IntoView {
         </section>
     }
     .into_any()
+}
+
+/// Starts a bulk resolution of the filtered open findings: the next page
+/// previews it and asks for the confirmation.
+#[component]
+fn BulkPanel(data: ReconciliationView) -> impl IntoView {
+    let actions: Vec<BulkAction> = BulkAction::ALL
+        .into_iter()
+        .filter(|action| match (action.kind(), data.kind) {
+            (Some(needed), Some(shown)) => needed == shown,
+            _ => true,
+        })
+        .collect();
+    view! {
+        <form class="panel form-inline bulk-panel" method="get" action="/reconciliation/bulk" aria-label="Bulk resolution">
+            <input type="hidden" name="period" value=data.period.clone()/>
+            <input type="hidden" name="kind" value=data.kind.map(|k| k.as_str()).unwrap_or("all")/>
+            <div class="field">
+                <label for="bulk-action">"Resolve every open finding shown"</label>
+                <select id="bulk-action" name="action">
+                    {actions.into_iter().map(|action| view! {
+                        <option value=action.as_str()>{action.label()}</option>
+                    }).collect_view()}
+                </select>
+            </div>
+            <button type="submit" class="button button-quiet">"Preview"</button>
+        </form>
+    }
 }
 
 #[component]
@@ -196,7 +235,7 @@ fn FindingRow(finding: Finding, can_act: bool) -> impl IntoView {
             <td class="nowrap">
                 <strong>{kind.map(|k| k.one()).unwrap_or_default()}</strong>
                 <div>{finding.customer_id.clone()}</div>
-                <div class="hint">{format!("#{id} · detected {}", utc(finding.detected_at))}</div>
+                <div class="hint"><a href=format!("/reconciliation/{id}") aria-label=format!("Evidence for finding {id}")>{format!("#{id}")}</a>{format!(" · detected {}", utc(finding.detected_at))}</div>
             </td>
             <td>
                 <ul class="plain-list">
@@ -229,9 +268,15 @@ fn FindingRow(finding: Finding, can_act: bool) -> impl IntoView {
     .into_any()
 }
 
+/// The resolutions an open finding allows, as plain form posts; each comes
+/// back to `back` (this page, or the finding's own).
 #[component]
-fn FindingActions(finding: Finding) -> impl IntoView {
+pub(crate) fn FindingActions(
+    finding: Finding,
+    #[prop(optional)] back: Option<String>,
+) -> impl IntoView {
     let id = finding.id;
+    let back = back.unwrap_or_default();
     let orphaned = finding.kind() == Some(FindingKind::Orphaned);
     let duplicate = finding.kind() == Some(FindingKind::Duplicate);
     let refund_label = format!(
@@ -246,6 +291,7 @@ fn FindingActions(finding: Finding) -> impl IntoView {
             {orphaned.then(|| view! {
                 <form class="row-form" method="post" action=format!("/reconciliation/{id}/adopt")>
                     <input type="hidden" name="period" value=period.clone()/>
+                    <input type="hidden" name="return_to" value=back.clone()/>
                     <button type="submit" class="button button-primary"
                         aria-label=format!("Adopt finding {id}")>"Adopt"</button>
                 </form>
@@ -253,6 +299,7 @@ fn FindingActions(finding: Finding) -> impl IntoView {
             {duplicate.then(|| view! {
                 <form class="refund-form" method="post" action=format!("/reconciliation/{id}/refund")>
                     <input type="hidden" name="period" value=period.clone()/>
+                    <input type="hidden" name="return_to" value=back.clone()/>
                     <div class="field-check">
                         <input id=format!("refund-confirm-{id}") name="confirm" type="checkbox" value="yes" required/>
                         <label for=format!("refund-confirm-{id}")>{refund_label}</label>
@@ -263,6 +310,7 @@ fn FindingActions(finding: Finding) -> impl IntoView {
             })}
             <form class="row-form" method="post" action=format!("/reconciliation/{id}/dismiss")>
                 <input type="hidden" name="period" value=period/>
+                <input type="hidden" name="return_to" value=back.clone()/>
                 <label class="visually-hidden" for=format!("dismiss-{id}")>{format!("Reason to dismiss finding {id}")}</label>
                 <input id=format!("dismiss-{id}") name="reason" type="text" maxlength="2000" placeholder="Reason" required class="reason-input"/>
                 <button type="submit" class="button button-quiet" aria-label=format!("Dismiss finding {id}")>"Dismiss"</button>
@@ -273,7 +321,7 @@ fn FindingActions(finding: Finding) -> impl IntoView {
 }
 
 #[component]
-fn Resolution(finding: Finding) -> impl IntoView {
+pub(crate) fn Resolution(finding: Finding) -> impl IntoView {
     let resolution = finding.resolution.clone().unwrap_or_default();
     let by = match (&finding.resolved_by, finding.resolved_at) {
         (Some(who), Some(at)) => format!("by {who} at {}", utc(at)),

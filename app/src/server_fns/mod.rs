@@ -20,7 +20,9 @@ pub use cap_increases::{
 pub use me::{get_me, take_notice, GetMe, TakeNotice};
 pub use operators::{list_operators, ListOperators};
 pub use overview::{get_overview, GetOverview};
-pub use reconciliation::{get_reconciliation, GetReconciliation};
+pub use reconciliation::{
+    get_finding, get_reconciliation, preview_bulk, GetFinding, GetReconciliation, PreviewBulk,
+};
 pub use vault_keys::{
     get_vault_key, list_vault_keys, new_key_form, GetVaultKey, ListVaultKeys, NewKeyForm,
 };

@@ -62,3 +62,70 @@ pub async fn get_reconciliation(
         kind: filter.kind,
     })
 }
+
+/// One finding with all its evidence: the charges side by side, the billing
+/// record, the proxy calls and what people did about it.
+#[server(endpoint = "get_finding")]
+pub async fn get_finding(id: i64) -> Result<crate::domain::FindingEvidence, AppError> {
+    use crate::{
+        domain::{FindingEvidence, Role},
+        ssr::{
+            self,
+            data::{actions, findings, stripe_charges},
+        },
+    };
+    ssr::auth::require(Role::Viewer)?;
+    let pool = &expect_context::<ssr::AppState>().pool;
+    let finding = findings::find(pool, id).await?.ok_or(AppError::NotFound)?;
+    Ok(FindingEvidence {
+        charges: findings::evidence_charges(pool, &finding).await?,
+        record: findings::evidence_record(pool, &finding).await?,
+        calls: findings::evidence_calls(pool, &finding).await?,
+        history: actions::for_subject(pool, "finding", &id.to_string()).await?,
+        last_synced_at: stripe_charges::last(pool, &finding.billing_period)
+            .await?
+            .and_then(|sync| sync.finished_at),
+        finding,
+    })
+}
+
+/// What a bulk action over the page's filtered set would do: the open
+/// findings it applies to and the money at risk, before anyone confirms.
+#[server(endpoint = "preview_bulk")]
+pub async fn preview_bulk(
+    period: Option<String>,
+    kind: Option<String>,
+    action: Option<String>,
+) -> Result<crate::domain::BulkPreview, AppError> {
+    use crate::{
+        domain::{BulkAction, BulkPreview, FindingFilter, Role, MAX_BULK},
+        ssr::{self, data::findings},
+    };
+    ssr::auth::require(Role::Operator)?;
+    let filter =
+        FindingFilter::parse(period.as_deref(), kind.as_deref(), None, chrono::Utc::now())?;
+    let action = BulkAction::parse(action.as_deref().unwrap_or_default())?;
+    let kind = match (action.kind(), filter.kind) {
+        (Some(needed), Some(shown)) if needed != shown => {
+            return Err(AppError::Invalid(format!(
+                "{} applies to {} only, and the page shows {}",
+                action.label(),
+                needed.label().to_lowercase(),
+                shown.label().to_lowercase()
+            )))
+        }
+        (needed, shown) => needed.or(shown),
+    };
+    let pool = &expect_context::<ssr::AppState>().pool;
+    let name = filter.period.to_string();
+    let found = findings::list(pool, &name, kind, Some(true), MAX_BULK as i64).await?;
+    let open = findings::count_open(pool, &name, kind).await?;
+    Ok(BulkPreview {
+        totals: crate::domain::at_risk_by_currency(&found),
+        action,
+        left_over: open - found.len() as i64,
+        period: name,
+        kind,
+        findings: found,
+    })
+}

@@ -60,6 +60,7 @@ pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
         &key.currency,
     );
     Ok(KeyDetail {
+        duplicate_policy: row.key.guard(),
         buffer_bps: row.key.buffer_bps,
         allowed_endpoints: row.key.allowed_endpoints.clone(),
         created_at: row.key.created_at,

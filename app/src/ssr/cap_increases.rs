@@ -335,6 +335,7 @@ async fn apply(
                     .collect::<Result<_, _>>()?,
                 expires_at: key.expires_at,
                 alert_thresholds_pct: key.alert_thresholds_pct.clone(),
+                duplicate_policy: key.guard(),
             };
             vault_keys::issue_in(tx, actor, follow_on, Some(key_id))
                 .await

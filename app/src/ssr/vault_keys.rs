@@ -14,8 +14,8 @@ use super::{
 };
 use crate::{
     domain::{
-        group_thousands, BillingPeriod, Cents, Currency, EndpointPattern, FieldErrors, KeyDraft,
-        Suggestion, MAX_CENTS,
+        group_thousands, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern,
+        FieldErrors, KeyDraft, Suggestion, MAX_CENTS,
     },
     error::AppError,
 };
@@ -33,6 +33,7 @@ pub struct NewVaultKey {
     pub expires_at: DateTime<Utc>,
     /// Utilization percentages that raise an alert, each 1 to 100.
     pub alert_thresholds_pct: Vec<i16>,
+    pub duplicate_policy: DuplicatePolicy,
 }
 
 /// The alert threshold a key gets unless told otherwise.
@@ -123,6 +124,7 @@ pub async fn issue_in(
             allowed_endpoints: &endpoints,
             expires_at: key.expires_at,
             alert_thresholds_pct: &key.alert_thresholds_pct,
+            duplicate_policy: key.duplicate_policy.as_str(),
             created_by,
             created_by_token,
             parent_key_id: parent,
@@ -171,6 +173,39 @@ pub async fn revoke(
         "vault_key",
         Some(id.to_string()),
         json!({ "label": row.label, "reason": reason }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// Sets what the proxy does with a key's duplicate charges, from its next
+/// call on (the proxy reads the policy where it reserves, never cached).
+pub async fn set_duplicate_policy(
+    pool: &PgPool,
+    actor: Actor,
+    id: i64,
+    policy: DuplicatePolicy,
+) -> Result<VaultKeyRow, AppError> {
+    let mut tx = pool.begin().await?;
+    let before = vault_keys::find(&mut *tx, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    if before.revoked_at.is_some() {
+        return Err(AppError::Invalid(format!(
+            "key {id} is revoked: its duplicate guard no longer matters"
+        )));
+    }
+    let row = vault_keys::set_duplicate_policy(&mut *tx, id, policy.as_str())
+        .await?
+        .ok_or(AppError::NotFound)?;
+    actions::record(
+        &mut *tx,
+        actor,
+        "vault_key.duplicate_policy",
+        "vault_key",
+        Some(id.to_string()),
+        json!({ "label": row.label, "from": before.duplicate_policy, "to": policy.as_str() }),
     )
     .await?;
     tx.commit().await?;
@@ -260,8 +295,21 @@ pub fn parse_draft(draft: &KeyDraft, now: DateTime<Utc>) -> Result<NewVaultKey, 
     let thresholds = parse_thresholds(&draft.thresholds);
     check("thresholds", thresholds.clone().map(drop));
 
+    // An old form without the field gets the default.
+    let duplicate_policy = match draft.duplicate_policy.trim() {
+        "" => Ok(DuplicatePolicy::default()),
+        raw => DuplicatePolicy::parse(raw).map_err(|err| err.0),
+    };
+    check("duplicate_policy", duplicate_policy.clone().map(drop));
+
     match (
-        period, currency, buffer_bps, amounts, expires_at, thresholds,
+        period,
+        currency,
+        buffer_bps,
+        amounts,
+        expires_at,
+        thresholds,
+        duplicate_policy,
     ) {
         (
             Ok(billing_period),
@@ -270,6 +318,7 @@ pub fn parse_draft(draft: &KeyDraft, now: DateTime<Utc>) -> Result<NewVaultKey, 
             Some(Ok((expected_total, cap))),
             Ok(expires_at),
             Ok(alert_thresholds_pct),
+            Ok(duplicate_policy),
         ) if errors.is_empty() => Ok(NewVaultKey {
             label,
             billing_period,
@@ -280,6 +329,7 @@ pub fn parse_draft(draft: &KeyDraft, now: DateTime<Utc>) -> Result<NewVaultKey, 
             allowed_endpoints: endpoints,
             expires_at,
             alert_thresholds_pct,
+            duplicate_policy,
         }),
         _ => Err(errors),
     }

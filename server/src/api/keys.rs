@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiErrorBody, ApiJson, ApiToken};
 use app::{
-    domain::{BillingPeriod, Cents, Currency, EndpointPattern},
+    domain::{BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern},
     ssr::{
         data::{
             actions::Actor,
@@ -63,6 +63,11 @@ pub struct CreateKey {
     cap_cents: Option<i64>,
     allowed_endpoints: Vec<String>,
     expires_at: String,
+    /// What the proxy does with a second charge for a customer and period
+    /// under another Idempotency-Key: `flag` (default: forward it, open a
+    /// duplicate finding), `block` (refuse it, 409) or `off`.
+    #[serde(default)]
+    duplicate_policy: Option<String>,
 }
 
 const DEFAULT_BUFFER_BPS: u32 = 1000;
@@ -162,6 +167,10 @@ impl CreateKey {
             allowed_endpoints,
             expires_at,
             alert_thresholds_pct: DEFAULT_THRESHOLDS_PCT.to_vec(),
+            duplicate_policy: match &self.duplicate_policy {
+                Some(raw) => DuplicatePolicy::parse(raw)?,
+                None => DuplicatePolicy::default(),
+            },
         };
         key.validate(now)?;
         Ok(key)
@@ -191,6 +200,8 @@ pub struct KeyView {
     utilization_pct: i64,
     allowed_endpoints: Vec<String>,
     expires_at: DateTime<Utc>,
+    /// `flag`, `block` or `off`.
+    duplicate_policy: String,
     status: &'static str,
     revoked_at: Option<DateTime<Utc>>,
     revoke_reason: Option<String>,
@@ -216,6 +227,7 @@ impl From<VaultKeyRow> for KeyView {
             reserved_cents: row.reserved_cents,
             allowed_endpoints: row.allowed_endpoints,
             expires_at: row.expires_at,
+            duplicate_policy: row.duplicate_policy,
             status,
             revoked_at: row.revoked_at,
             revoke_reason: row.revoke_reason,

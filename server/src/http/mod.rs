@@ -60,12 +60,17 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .route("/audit.csv", get(audit_export::console))
         .route("/keys/{id}/revoke", post(vault_keys::revoke))
         .route(
+            "/keys/{id}/duplicate-policy",
+            post(vault_keys::set_duplicate_policy),
+        )
+        .route(
             "/keys/{id}/cap-increase-requests",
             post(cap_increases::request),
         )
         .route("/approvals/{id}/decide", post(cap_increases::decide))
         .route("/reconciliation.csv", get(findings_export::export))
         .route("/reconciliation/sync", post(reconciliation::sync))
+        .route("/reconciliation/bulk", post(reconciliation::bulk))
         .route("/reconciliation/{id}/adopt", post(reconciliation::adopt))
         .route("/reconciliation/{id}/refund", post(reconciliation::refund))
         .route(

@@ -14,7 +14,10 @@ use super::{
     forms::{readable, require, Failure, Page},
 };
 use app::{
-    domain::{BillingPeriod, Me, Notice, Role},
+    domain::{
+        at_risk_by_currency, money_text, BillingPeriod, BulkAction, Finding, Me, Notice, Role,
+        MAX_BULK,
+    },
     error::AppError,
     ssr::{
         data::actions::{self, Actor},
@@ -54,11 +57,22 @@ pub struct FindingForm {
     reason: String,
     /// The confirmation box for a refund: present only when ticked.
     confirm: Option<String>,
+    /// The page the form was on when it was not the period's list (a
+    /// finding's own page).
+    #[serde(default)]
+    return_to: String,
 }
 
 impl FindingForm {
-    /// Back to the period the form was on (this month's if it is not one).
+    /// Back to the finding's page or the period the form was on (this
+    /// month's if it is not one). Only Vaultcap's own finding pages are
+    /// returned to.
     fn back(&self) -> String {
+        if let Some(id) = self.return_to.strip_prefix("/reconciliation/") {
+            if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) {
+                return self.return_to.clone();
+            }
+        }
         match self.period.parse::<app::domain::BillingPeriod>() {
             Ok(period) => format!("/reconciliation?period={period}"),
             Err(_) => "/reconciliation".into(),
@@ -171,7 +185,7 @@ pub async fn sync(
             }
         });
         Ok::<_, Failure>(Notice::success(format!(
-            "Syncing {period} from Stripe; findings are detected when it ends. Reload to follow it."
+            "Syncing {period} from Stripe; findings are detected when it ends, and this page follows it."
         )))
     }
     .await;
@@ -214,4 +228,144 @@ pub async fn refund(
     .await
     .map_err(Failure::from);
     PAGE.back_to(&form.back(), &session, outcome).await
+}
+
+/// The bulk confirmation: the action, the findings previewed, the reason
+/// (to dismiss) and the ticked box.
+#[derive(Debug, Deserialize)]
+pub struct BulkForm {
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    period: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    ids: String,
+    #[serde(default)]
+    reason: String,
+    confirm: Option<String>,
+}
+
+/// Resolves each previewed finding in turn, each on its own (a finding
+/// resolved meanwhile is skipped and said so, never resolved twice), and
+/// records the whole run in the action log.
+pub async fn bulk(
+    State(state): State<AppState>,
+    Extension(Stripe(client)): Extension<Stripe>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    form: Result<Form<BulkForm>, FormRejection>,
+) -> Response {
+    let me = match require(me, Role::Operator) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let form = match readable(form) {
+        Ok(form) => form,
+        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
+    };
+    let back = match form.period.parse::<BillingPeriod>() {
+        Ok(period) => format!("/reconciliation?period={period}&kind={}", form.kind),
+        Err(_) => "/reconciliation".into(),
+    };
+    let actor = Actor::Operator { id: me.id, ip };
+    let outcome = bulk_resolve(&state, client, actor, &form)
+        .await
+        .map_err(Failure::from);
+    PAGE.back_to(&back, &session, outcome).await
+}
+
+async fn bulk_resolve(
+    state: &AppState,
+    client: Option<std::sync::Arc<stripe::Client>>,
+    actor: Actor,
+    form: &BulkForm,
+) -> Result<Notice, AppError> {
+    let action = BulkAction::parse(&form.action)?;
+    let ids: Vec<i64> = form
+        .ids
+        .split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(|id| {
+            id.parse()
+                .map_err(|_| AppError::Invalid(format!("{id:?} is not a finding number")))
+        })
+        .collect::<Result<_, _>>()?;
+    if ids.is_empty() {
+        return Err(AppError::Invalid(
+            "no finding to resolve: preview the bulk action again".into(),
+        ));
+    }
+    if ids.len() > MAX_BULK {
+        return Err(AppError::Invalid(format!(
+            "{} findings at once is more than {MAX_BULK}: preview the bulk action again",
+            ids.len()
+        )));
+    }
+    if form.confirm.as_deref() != Some("yes") {
+        return Err(AppError::Invalid(
+            "tick the box to confirm the bulk action: nothing was done".into(),
+        ));
+    }
+    let reason = form.reason.trim();
+    if action == BulkAction::Dismiss && reason.is_empty() {
+        return Err(AppError::Invalid(
+            "say why the findings are dismissed (auditors read it): nothing was done".into(),
+        ));
+    }
+    let client = match action {
+        BulkAction::Refund => Some(Stripe(client).or_refuse("refund")?),
+        _ => None,
+    };
+
+    let mut done: Vec<Finding> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
+    for &id in &ids {
+        let resolved = match action {
+            BulkAction::Adopt => reconciliation::adopt(&state.pool, actor, id).await,
+            BulkAction::Dismiss => reconciliation::dismiss(&state.pool, actor, id, reason).await,
+            BulkAction::Refund => {
+                let client = client.as_deref().expect("a refund has its client");
+                reconcile::refund::refund_duplicate(&state.pool, client, actor, id)
+                    .await
+                    .map(|(finding, _)| finding)
+            }
+        };
+        // Each finding stands alone: one resolved meanwhile, or a refund
+        // Stripe refused, is reported and the rest go on.
+        match resolved {
+            Ok(finding) => done.push(finding),
+            Err(AppError::NotFound) => skipped.push(format!("#{id} no longer exists")),
+            Err(err) => skipped.push(format!("#{id}: {err}")),
+        }
+    }
+    actions::record(
+        &state.pool,
+        actor,
+        "finding.bulk",
+        "billing_period",
+        Some(form.period.clone()),
+        serde_json::json!({ "action": action.as_str(), "asked": ids,
+                            "done": done.iter().map(|f| f.id).collect::<Vec<_>>(),
+                            "skipped": skipped, "reason": (!reason.is_empty()).then_some(reason) }),
+    )
+    .await?;
+    let total = money_text(&at_risk_by_currency(&done));
+    let mut message = format!(
+        "{} {} of {} finding(s): {total}.",
+        action.done(),
+        done.len(),
+        ids.len()
+    );
+    if !skipped.is_empty() {
+        message.push_str(&format!(" Not done: {}.", skipped.join("; ")));
+    }
+    Ok(if skipped.is_empty() {
+        Notice::success(message)
+    } else {
+        Notice::error(message)
+    })
 }

@@ -18,7 +18,7 @@ use super::{
     forms::{readable, require, Failure, Page},
 };
 use app::{
-    domain::{KeyDraft, Me, Notice, Role},
+    domain::{DuplicatePolicy, KeyDraft, Me, Notice, Role},
     error::AppError,
     ssr::{data::actions::Actor, flash, vault_keys, AppState},
 };
@@ -111,6 +111,42 @@ pub async fn revoke(
         Ok(Notice::success(format!(
             "Revoked {}: the proxy refuses it from the next call.",
             row.label
+        )))
+    }
+    .await;
+    KEYS.back_to(&format!("/keys/{id}"), &session, outcome)
+        .await
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PolicyForm {
+    #[serde(default)]
+    duplicate_policy: String,
+}
+
+/// Changes a key's duplicate guard (operator role).
+pub async fn set_duplicate_policy(
+    State(state): State<AppState>,
+    me: Option<Extension<Me>>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    Path(id): Path<i64>,
+    form: Result<Form<PolicyForm>, FormRejection>,
+) -> Response {
+    let me = match require(me, Role::Operator) {
+        Ok(me) => me,
+        Err(err) => return err.into_response(),
+    };
+    let outcome = async {
+        let form = readable(form)?;
+        let policy = DuplicatePolicy::parse(&form.duplicate_policy).map_err(AppError::from)?;
+        let actor = Actor::Operator { id: me.id, ip };
+        let row = vault_keys::set_duplicate_policy(&state.pool, actor, id, policy).await?;
+        Ok(Notice::success(format!(
+            "The duplicate guard of {} is now {}: {}.",
+            row.label,
+            policy.as_str(),
+            policy.explain()
         )))
     }
     .await;

@@ -269,7 +269,31 @@ async fn decide_and_forward(
             currency: call.entry.currency.clone(),
         };
         match ledger.reserve(reserve).await {
-            Ok(Reserved::New { reservation_id }) => reservation = Some(reservation_id),
+            Ok(Reserved::New {
+                reservation_id,
+                duplicate_of,
+            }) => {
+                reservation = Some(reservation_id);
+                if let Some(earlier) = duplicate_of {
+                    call.entry.message = Some(format!(
+                        "flagged as a duplicate of {earlier}: a second charge for this customer and period \
+                         under another Idempotency-Key (forwarded; a duplicate finding opens when Stripe confirms it)"
+                    ));
+                }
+            }
+            Ok(Reserved::Duplicate {
+                earlier_charge,
+                earlier_state,
+            }) => {
+                let customer = call.entry.metadata_customer_id.clone().unwrap_or_default();
+                let error = StripeError::duplicate(
+                    &key,
+                    &customer,
+                    earlier_charge.as_deref(),
+                    &earlier_state,
+                );
+                return call.refuse(ledger, Decision::RefusedDuplicate, error).await;
+            }
             Ok(Reserved::Replay) => decision = Decision::Replay,
             Ok(Reserved::OverCap {
                 cap,

@@ -20,6 +20,8 @@ pub struct StripeError {
     pub kind: &'static str,
     pub code: &'static str,
     pub message: String,
+    /// The charge the error is about, in Stripe's `error.charge` field.
+    charge: Option<String>,
     request_id: Option<Uuid>,
 }
 
@@ -40,6 +42,7 @@ impl StripeError {
             kind,
             code,
             message: message.into(),
+            charge: None,
             request_id: None,
         }
     }
@@ -174,6 +177,36 @@ impl StripeError {
         )
     }
 
+    /// The key's duplicate guard refused a second charge for a customer and
+    /// period; `earlier_state` is the earlier call's reservation state.
+    pub fn duplicate(
+        key: &VaultKeyRow,
+        customer: &str,
+        earlier_charge: Option<&str>,
+        earlier_state: &str,
+    ) -> Self {
+        let period = &key.billing_period;
+        let earlier = match (earlier_charge, earlier_state) {
+            (Some(charge), _) => format!("already has charge {charge} in {period}"),
+            (None, "outcome_unknown") => format!(
+                "already has a charge in {period} whose outcome is unknown (Stripe did not answer it);                  reconcile {period} before charging again"
+            ),
+            (None, _) => format!(
+                "already has a charge in flight in {period}; if that one fails, this charge is let through"
+            ),
+        };
+        let mut error = Self::invalid(
+            StatusCode::CONFLICT,
+            "duplicate_charge",
+            format!(
+                "Duplicate charge blocked: customer {customer} {earlier}, made under another Idempotency-Key.                  Nothing was sent to Stripe. Vault key {} ({}) blocks duplicates; if this second charge is                  intended, an operator can set its duplicate guard to flag.",
+                key.secret_prefix, key.label
+            ),
+        );
+        error.charge = earlier_charge.map(str::to_owned);
+        error
+    }
+
     pub fn not_configured() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -224,8 +257,11 @@ impl StripeError {
 
 impl IntoResponse for StripeError {
     fn into_response(self) -> Response {
-        let body =
-            json!({ "error": { "type": self.kind, "code": self.code, "message": self.message } });
+        let mut error = json!({ "type": self.kind, "code": self.code, "message": self.message });
+        if let Some(charge) = self.charge {
+            error["charge"] = charge.into();
+        }
+        let body = json!({ "error": error });
         let mut response = (self.status, Json(body)).into_response();
         if let Some(request_id) = self.request_id {
             if let Ok(value) = HeaderValue::from_str(&format!("vc_{}", request_id.simple())) {

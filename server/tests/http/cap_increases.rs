@@ -49,18 +49,6 @@ async fn latest_request(pool: &PgPool) -> i64 {
         .unwrap()
 }
 
-/// What the next page shows as the one-time notice.
-async fn notice(app: &TestApp, path: &str, cookie: &str) -> String {
-    let page = app.get(path, Some(cookie)).await;
-    page.body
-        .split("class=\"notice notice-")
-        .nth(1)
-        .and_then(|rest| rest.split("<p>").nth(1))
-        .and_then(|rest| rest.split("</p>").next())
-        .map(str::to_owned)
-        .unwrap_or_else(|| panic!("no notice on {path}: {}", page.body))
-}
-
 async fn decide(app: &TestApp, id: i64, verdict: &str, note: &str, cookie: &str) -> String {
     let response = app
         .post_form(
@@ -71,7 +59,7 @@ async fn decide(app: &TestApp, id: i64, verdict: &str, note: &str, cookie: &str)
         .await;
     assert_eq!(response.status, StatusCode::SEE_OTHER, "{}", response.body);
     assert_eq!(response.location(), "/approvals");
-    notice(app, "/approvals", cookie).await
+    app.notice("/approvals", cookie).await
 }
 
 async fn me(app: &TestApp, email: &str, role: Role) -> Me {
@@ -122,7 +110,8 @@ async fn an_operator_asks_an_approver_approves_and_the_refused_charge_goes_throu
         .await;
     assert_eq!(filed.status, StatusCode::SEE_OTHER, "{}", filed.body);
     assert_eq!(filed.location(), format!("/keys/{key}"));
-    assert!(notice(&app, &format!("/keys/{key}"), &operator)
+    assert!(&app
+        .notice(&format!("/keys/{key}"), &operator)
         .await
         .contains("50.00 → 60.00 USD (+10.00)"));
     assert_eq!(

@@ -136,6 +136,18 @@ impl TestApp {
             .await
     }
 
+    /// What the page at `path` shows as the one-time notice.
+    pub async fn notice(&self, path: &str, cookie: &str) -> String {
+        let page = self.get(path, Some(cookie)).await;
+        page.body
+            .split("class=\"notice notice-")
+            .nth(1)
+            .and_then(|rest| rest.split("<p>").nth(1))
+            .and_then(|rest| rest.split("</p>").next())
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no notice on {path}: {}", page.body))
+    }
+
     pub async fn add_operator(&self, email: &str, role: Role) -> i64 {
         let email = Email::parse(email).unwrap();
         let (operator, _) =

@@ -9,6 +9,7 @@ mod alerts;
 mod audit;
 mod auth;
 mod cap_increases;
+mod duplicate_guard;
 mod key_api;
 mod key_pages;
 mod new_key;

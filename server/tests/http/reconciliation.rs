@@ -549,3 +549,261 @@ async fn the_findings_download_as_csv_with_the_pages_filters(pool: PgPool) {
     .unwrap();
     assert_eq!(logged, 2);
 }
+
+/// A proxy call's audit row, as the proxy writes it for a charge.
+async fn proxied(pool: &PgPool, customer: &str, idempotency_key: &str, charge: &str) {
+    sqlx::query(
+        "INSERT INTO audit_log (request_id, key_prefix, method, path, metadata_customer_id, billing_period,
+             amount_cents, currency, idempotency_key, decision, upstream_status, stripe_object_id, latency_ms)
+         VALUES (gen_random_uuid(), 'vk_test_ab', 'POST', '/v1/charges', $1, $2, 5000, 'usd', $3, 'allowed',
+                 200, $4, 40)",
+    )
+    .bind(customer)
+    .bind(PERIOD)
+    .bind(idempotency_key)
+    .bind(charge)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_findings_page_shows_every_piece_of_evidence_and_resolves_it_there(pool: PgPool) {
+    use crate::helpers::{enc, TestApp};
+    use app::domain::Role;
+    use axum::http::StatusCode;
+
+    let (orphan, duplicate) = seeded(&pool).await;
+    proxied(&pool, "cust_1", "msg-1:delivery-1", "ch_A").await;
+    proxied(&pool, "cust_1", "msg-1:delivery-2", "ch_B").await;
+    let app = TestApp::new(pool.clone());
+    let viewer = app.signed_in("viewer@example.com", Role::Viewer).await;
+
+    let page = app
+        .get(&format!("/reconciliation/{duplicate}"), Some(&viewer))
+        .await;
+    assert_eq!(page.status, StatusCode::OK);
+    let body = &page.body;
+    assert!(
+        body.contains(
+            "2 live charges for cust_1 in 2026-07; ch_A is kept, as the billing record names it"
+        ),
+        "{body}"
+    );
+    let comparison = body
+        .split(r#"data-testid="charge-comparison""#)
+        .nth(1)
+        .unwrap()
+        .split("</table>")
+        .next()
+        .unwrap();
+    for expected in [
+        "ch_A",
+        "ch_B",
+        "keep",
+        "msg-1:delivery-1",
+        "msg-1:delivery-2",
+        "50.00",
+    ] {
+        assert!(comparison.contains(expected), "{expected}: {comparison}");
+    }
+    assert!(
+        comparison.find("msg-1:delivery-1") < comparison.find("msg-1:delivery-2"),
+        "each charge's column has its own call's key"
+    );
+    assert!(body.contains("Billing record") && body.contains("<code>ch_A</code>"));
+    assert!(body.contains("Proxy calls") && body.contains("vk_test_ab…"));
+    assert!(body.contains("Nobody has acted on this finding yet."));
+    assert!(!body.contains("Dismiss finding"), "viewers read");
+
+    let orphan_page = app
+        .get(&format!("/reconciliation/{orphan}"), Some(&viewer))
+        .await
+        .body;
+    assert!(
+        orphan_page.contains("No billing record for cust_3 in 2026-07"),
+        "{orphan_page}"
+    );
+    assert!(orphan_page.contains("the charges were made around Vaultcap"));
+    let missing = app.get("/reconciliation/999999", Some(&viewer)).await.body;
+    assert!(missing.contains("Finding not found"), "{missing}");
+
+    // Resolved on its own page, the operator comes back to it; a foreign
+    // return address is not followed.
+    let ops = app.signed_in("ops@example.com", Role::Operator).await;
+    let here = format!("/reconciliation/{duplicate}");
+    let dismissed = app
+        .post_form(
+            &format!("{here}/dismiss"),
+            &format!(
+                "period=2026-07&return_to={}&reason={}",
+                enc(&here),
+                enc("Second order, invoiced separately")
+            ),
+            Some(&ops),
+        )
+        .await;
+    assert_eq!(dismissed.location(), here);
+    let after = app.get(&here, Some(&ops)).await.body;
+    assert!(after.contains("Dismissed finding"), "{after}");
+    assert!(after.contains("finding.dismiss") && after.contains("ops@example.com"));
+    assert!(after.contains("Reason: Second order, invoiced separately"));
+    let foreign = app
+        .post_form(
+            &format!("/reconciliation/{orphan}/dismiss"),
+            &format!(
+                "period=2026-07&return_to={}&reason=x",
+                enc("https://evil.example/")
+            ),
+            Some(&ops),
+        )
+        .await;
+    assert_eq!(foreign.location(), "/reconciliation?period=2026-07");
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_bulk_action_previews_count_and_money_then_resolves_exactly_those_once(pool: PgPool) {
+    use crate::helpers::{enc, TestApp};
+    use app::domain::Role;
+    use axum::http::StatusCode;
+
+    seeded(&pool).await;
+    charge(&pool, "ch_O4", "cust_4", 1_000, 0, "succeeded", 2).await;
+    charge(&pool, "ch_O5", "cust_5", 250, 0, "succeeded", 3).await;
+    detect(&pool).await;
+    let orphans: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM reconciliation_findings WHERE kind = 'orphaned' ORDER BY amount_at_risk_cents DESC",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans.len(), 3);
+    let app = TestApp::new(pool.clone());
+    let ops = app.signed_in("ops@example.com", Role::Operator).await;
+
+    let list = app
+        .get("/reconciliation?period=2026-07&kind=orphaned", Some(&ops))
+        .await
+        .body;
+    assert!(list.contains(r#"action="/reconciliation/bulk""#), "{list}");
+    let preview = app
+        .get(
+            "/reconciliation/bulk?period=2026-07&kind=orphaned&action=adopt",
+            Some(&ops),
+        )
+        .await
+        .body;
+    assert!(
+        preview.contains(r#"data-testid="bulk-count">3<"#),
+        "{preview}"
+    );
+    assert!(
+        preview.contains(r#"data-testid="bulk-total">37.50 USD<"#),
+        "{preview}"
+    );
+    let ids = orphans
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    assert!(
+        preview.contains(&format!(r#"name="ids" value="{ids}""#)),
+        "{preview}"
+    );
+    let mismatch = app
+        .get(
+            "/reconciliation/bulk?period=2026-07&kind=duplicate&action=adopt",
+            Some(&ops),
+        )
+        .await
+        .body;
+    assert!(
+        mismatch.contains("applies to orphaned charges only"),
+        "{mismatch}"
+    );
+
+    let viewer = app.signed_in("viewer@example.com", Role::Viewer).await;
+    let bulk = |body: String, who: &str| {
+        let (app, who) = (&app, who.to_owned());
+        async move {
+            app.post_form("/reconciliation/bulk", &body, Some(&who))
+                .await
+        }
+    };
+    let form = |extra: &str| {
+        format!(
+            "action=adopt&period=2026-07&kind=orphaned&ids={}{extra}",
+            enc(&ids)
+        )
+    };
+    assert_eq!(
+        bulk(form("&confirm=yes"), &viewer).await.status,
+        StatusCode::FORBIDDEN
+    );
+    let unconfirmed = bulk(form(""), &ops).await;
+    assert_eq!(
+        unconfirmed.location(),
+        "/reconciliation?period=2026-07&kind=orphaned"
+    );
+    let notice = app.notice(unconfirmed.location(), &ops).await;
+    assert!(notice.contains("tick the box"), "{notice}");
+    let adopted_rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM billing_records")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(adopted_rows().await, 1, "nothing adopted unconfirmed");
+
+    let done = bulk(form("&confirm=yes"), &ops).await;
+    let notice = app.notice(done.location(), &ops).await;
+    assert_eq!(notice, "Adopted 3 of 3 finding(s): 37.50 USD.");
+    assert_eq!(adopted_rows().await, 4);
+    let again = bulk(form("&confirm=yes"), &ops).await;
+    let notice = app.notice(again.location(), &ops).await;
+    assert!(
+        notice.starts_with("Adopted 0 of 3 finding(s): nothing."),
+        "{notice}"
+    );
+    assert!(
+        notice.contains("was already adopted by ops@example.com"),
+        "{notice}"
+    );
+    assert_eq!(adopted_rows().await, 4, "nothing adopted twice");
+
+    // Dismissing needs its reason; the run is in the action log.
+    let duplicate: i64 =
+        sqlx::query_scalar("SELECT id FROM reconciliation_findings WHERE kind = 'duplicate'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let dismiss = |reason: &str| {
+        format!(
+            "action=dismiss&period=2026-07&kind=all&ids={duplicate}&confirm=yes&reason={}",
+            enc(reason)
+        )
+    };
+    let refused = bulk(dismiss(" "), &ops).await;
+    assert!(app
+        .notice(refused.location(), &ops)
+        .await
+        .contains("say why"));
+    let dismissed = bulk(dismiss("Both orders were real"), &ops).await;
+    assert_eq!(
+        app.notice(dismissed.location(), &ops).await,
+        "Dismissed 1 of 1 finding(s): 50.00 USD."
+    );
+    let logged: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT details FROM operator_actions WHERE action = 'finding.bulk' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        logged.len(),
+        3,
+        "each confirmed run, done or not: {logged:?}"
+    );
+    assert_eq!(logged[0]["done"].as_array().unwrap().len(), 3);
+    assert_eq!(logged[2]["reason"], "Both orders were real");
+}

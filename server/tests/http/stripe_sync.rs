@@ -506,3 +506,67 @@ async fn a_duplicate_is_refunded_in_stripe_once_however_often_it_is_asked(pool: 
     .unwrap();
     assert_eq!(open, 0);
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_bulk_refund_refunds_every_previewed_duplicate_in_stripe(pool: PgPool) {
+    use crate::helpers::{enc, TestApp, REAL_STRIPE_KEY};
+    use app::domain::Role;
+
+    let stripe = Localstripe::start().await;
+    let mut extras = Vec::new();
+    for (customer, cents) in [("cust_1", 5_000), ("cust_2", 1_000)] {
+        let keeper = stripe.charge(customer, cents).await;
+        extras.push(stripe.charge(customer, cents).await);
+        record(&pool, customer, &keeper).await;
+    }
+    let period = BillingPeriod::containing(Utc::now());
+    let client = sync::client(&stripe.base, REAL_STRIPE_KEY, &options(100, 1)).unwrap();
+    sync::sync_period(&pool, &client, period, &options(100, 1), |_| {})
+        .await
+        .unwrap();
+    reconcile::detect(&pool, period).await.unwrap();
+
+    let app = TestApp::with_upstream(
+        pool.clone(),
+        &stripe.base,
+        std::time::Duration::from_secs(5),
+    );
+    let ops = app.signed_in("ops@example.com", Role::Operator).await;
+    let preview = app
+        .get(
+            &format!("/reconciliation/bulk?period={period}&kind=duplicate&action=refund"),
+            Some(&ops),
+        )
+        .await
+        .body;
+    assert!(
+        preview.contains(r#"data-testid="bulk-total">60.00 USD<"#),
+        "{preview}"
+    );
+    assert!(preview.contains("Yes, refund 60.00 USD to 2 customer(s)"));
+    let ids = preview
+        .split(r#"name="ids" value=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+
+    let done = app
+        .post_form(
+            "/reconciliation/bulk",
+            &format!(
+                "action=refund&period={period}&kind=duplicate&ids={}&confirm=yes",
+                enc(&ids)
+            ),
+            Some(&ops),
+        )
+        .await;
+    let notice = app.notice(done.location(), &ops).await;
+    assert_eq!(notice, "Refunded 2 of 2 finding(s): 60.00 USD.");
+    for extra in &extras {
+        let charge = stripe.get(&format!("/v1/charges/{extra}")).await;
+        assert_eq!(charge["refunded"], true, "{charge}");
+    }
+    let refunds = stripe.get("/v1/refunds?limit=100").await;
+    assert_eq!(refunds["data"].as_array().unwrap().len(), 2);
+}

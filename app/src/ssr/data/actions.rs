@@ -51,6 +51,29 @@ pub async fn record(
     Ok(())
 }
 
+/// The actions on one subject (`finding` 12), oldest first.
+pub async fn for_subject(
+    db: impl sqlx::PgExecutor<'_>,
+    subject_type: &str,
+    subject_id: &str,
+) -> Result<Vec<ActionEntry>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "{SELECT_ENTRY} WHERE a.subject_type = $1 AND a.subject_id = $2 ORDER BY a.at, a.id LIMIT 200"
+    ))
+    .bind(subject_type)
+    .bind(subject_id)
+    .fetch_all(db)
+    .await
+}
+
+/// An action as the console lists it; `a` is operator_actions.
+const SELECT_ENTRY: &str = "SELECT a.id, a.at, COALESCE(o.email, 'API token ' || t.name, CASE a.via WHEN 'cli' THEN 'command line' ELSE 'Vaultcap' END) AS who,
+        a.via, host(a.ip) AS ip, a.action,
+        a.subject_type || COALESCE(' ' || a.subject_id, '') AS subject, a.details::text AS details
+     FROM operator_actions a
+     LEFT JOIN operators o ON o.id = a.operator_id
+     LEFT JOIN api_tokens t ON t.id = a.api_token_id";
+
 /// One page of the action log matching `filter`, newest first, with the
 /// links around it (keyset paging on `(at, id)`).
 pub async fn page(
@@ -58,15 +81,7 @@ pub async fn page(
     query: &ActionQuery,
     filter: &ActionFilter,
 ) -> Result<ActionPage, sqlx::Error> {
-    let mut sql = QueryBuilder::<Postgres>::new(
-        "SELECT a.id, a.at, COALESCE(o.email, 'API token ' || t.name, CASE a.via WHEN 'cli' THEN 'command line' ELSE 'Vaultcap' END) AS who,
-                a.via, host(a.ip) AS ip, a.action,
-                a.subject_type || COALESCE(' ' || a.subject_id, '') AS subject, a.details::text AS details
-         FROM operator_actions a
-         LEFT JOIN operators o ON o.id = a.operator_id
-         LEFT JOIN api_tokens t ON t.id = a.api_token_id
-         WHERE true",
-    );
+    let mut sql = QueryBuilder::<Postgres>::new(format!("{SELECT_ENTRY} WHERE true"));
     if let Some(from) = filter.from {
         sql.push(" AND a.at >= ").push_bind(from);
     }

@@ -9,7 +9,10 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::domain::{BillingPeriod, Finding, FindingKind};
+use crate::domain::{
+    BillingPeriod, Cents, Currency, Decision, EvidenceCall, EvidenceCharge, EvidenceRecord,
+    Finding, FindingKind,
+};
 
 /// A live charge: Stripe took the money and has not given all of it back.
 const LIVE: &str = "c.status = 'succeeded' AND c.amount_refunded_cents < c.amount_cents";
@@ -266,4 +269,185 @@ pub async fn adopt_charge(
     .await?
     .rows_affected()
         == 1)
+}
+
+/// One finding, resolved or not.
+pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Finding>, sqlx::Error> {
+    sqlx::query_as(&format!("{SELECT} WHERE f.id = $1"))
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+#[derive(sqlx::FromRow)]
+struct ChargeRow {
+    id: String,
+    synced: bool,
+    created_at: Option<DateTime<Utc>>,
+    amount_cents: Option<i64>,
+    amount_refunded_cents: Option<i64>,
+    currency: Option<String>,
+    status: Option<String>,
+    payment_intent: Option<String>,
+    stripe_customer: Option<String>,
+    customer_id: Option<String>,
+    billing_period: Option<String>,
+    idempotency_key: Option<String>,
+    key_prefix: Option<String>,
+}
+
+/// The finding's charges and the customer's other charges in the period,
+/// oldest first, each with the proxy call that made it (by object id).
+pub async fn evidence_charges(
+    db: impl PgExecutor<'_>,
+    finding: &Finding,
+) -> Result<Vec<EvidenceCharge>, sqlx::Error> {
+    let rows: Vec<ChargeRow> = sqlx::query_as(
+        "WITH ids AS (
+             SELECT id FROM unnest($1::text[]) AS id
+             UNION SELECT id FROM stripe_charges WHERE billing_period = $2 AND customer_id = $3
+         )
+         SELECT ids.id, c.id IS NOT NULL AS synced, c.created_at, c.amount_cents, c.amount_refunded_cents,
+                c.currency, c.status, c.payment_intent, c.stripe_customer, c.customer_id, c.billing_period,
+                a.idempotency_key, a.key_prefix
+         FROM ids
+         LEFT JOIN stripe_charges c ON c.id = ids.id
+         LEFT JOIN LATERAL (SELECT idempotency_key, key_prefix FROM audit_log
+                            WHERE stripe_object_id IN (ids.id, c.payment_intent)
+                              AND decision IN ('allowed', 'replay')
+                            ORDER BY id LIMIT 1) a ON true
+         ORDER BY c.created_at NULLS LAST, ids.id
+         LIMIT 50",
+    )
+    .bind(&finding.charge_ids)
+    .bind(&finding.billing_period)
+    .bind(&finding.customer_id)
+    .fetch_all(db)
+    .await?;
+    let fallback = finding.currency();
+    Ok(rows
+        .into_iter()
+        .map(|row| EvidenceCharge {
+            in_finding: finding.charge_ids.contains(&row.id),
+            keeper: finding.keeper_charge_id.as_deref() == Some(row.id.as_str()),
+            synced: row.synced,
+            created_at: row.created_at,
+            amount: Cents(row.amount_cents.unwrap_or_default()),
+            refunded: Cents(row.amount_refunded_cents.unwrap_or_default()),
+            currency: row
+                .currency
+                .and_then(|c| Currency::parse(&c).ok())
+                .unwrap_or_else(|| fallback.clone()),
+            status: row.status,
+            payment_intent: row.payment_intent,
+            stripe_customer: row.stripe_customer,
+            metadata_customer_id: row.customer_id,
+            metadata_billing_period: row.billing_period,
+            idempotency_key: row.idempotency_key,
+            key_prefix: row.key_prefix,
+            id: row.id,
+        })
+        .collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct RecordRow {
+    charge_id: Option<String>,
+    amount_cents: i64,
+    currency: String,
+    status: String,
+    stripe_customer_id: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+/// The billing record of the finding's customer and period, if any.
+pub async fn evidence_record(
+    db: impl PgExecutor<'_>,
+    finding: &Finding,
+) -> Result<Option<EvidenceRecord>, sqlx::Error> {
+    let row: Option<RecordRow> = sqlx::query_as(
+        "SELECT charge_id, amount_cents, currency, status, stripe_customer_id, created_at
+         FROM billing_records WHERE customer_id = $1 AND billing_period = $2",
+    )
+    .bind(&finding.customer_id)
+    .bind(&finding.billing_period)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|row| EvidenceRecord {
+        currency: Currency::parse(&row.currency).unwrap_or_else(|_| finding.currency()),
+        charge_id: row.charge_id,
+        amount: Cents(row.amount_cents),
+        status: row.status,
+        stripe_customer_id: row.stripe_customer_id,
+        created_at: row.created_at,
+    }))
+}
+
+#[derive(sqlx::FromRow)]
+struct CallRow {
+    id: i64,
+    at: DateTime<Utc>,
+    key_prefix: Option<String>,
+    method: String,
+    path: String,
+    idempotency_key: Option<String>,
+    amount_cents: Option<i64>,
+    decision: String,
+    upstream_status: Option<i16>,
+    stripe_object_id: Option<String>,
+    message: Option<String>,
+}
+
+/// The proxy calls for the finding's customer and period, or that made one
+/// of its charges, oldest first.
+pub async fn evidence_calls(
+    db: impl PgExecutor<'_>,
+    finding: &Finding,
+) -> Result<Vec<EvidenceCall>, sqlx::Error> {
+    let rows: Vec<CallRow> = sqlx::query_as(
+        "SELECT id, at, key_prefix, method, path, idempotency_key, amount_cents, decision, upstream_status,
+                stripe_object_id, message
+         FROM (SELECT * FROM audit_log WHERE metadata_customer_id = $1 AND billing_period = $2
+               UNION SELECT * FROM audit_log WHERE stripe_object_id = ANY ($3)) calls
+         ORDER BY at, id LIMIT 100",
+    )
+    .bind(&finding.customer_id)
+    .bind(&finding.billing_period)
+    .bind(&finding.charge_ids)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            Some(EvidenceCall {
+                decision: Decision::parse(&row.decision)?,
+                id: row.id,
+                at: row.at,
+                key_prefix: row.key_prefix,
+                method: row.method,
+                path: row.path,
+                idempotency_key: row.idempotency_key,
+                amount: row.amount_cents.map(Cents),
+                upstream_status: row.upstream_status,
+                stripe_object_id: row.stripe_object_id,
+                message: row.message,
+            })
+        })
+        .collect())
+}
+
+/// How many open findings a period has, optionally of one kind.
+pub async fn count_open(
+    db: impl PgExecutor<'_>,
+    period: &str,
+    kind: Option<FindingKind>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM reconciliation_findings
+         WHERE billing_period = $1 AND ($2::text IS NULL OR kind = $2) AND resolved_at IS NULL",
+    )
+    .bind(period)
+    .bind(kind.map(FindingKind::as_str))
+    .fetch_one(db)
+    .await
 }

@@ -13,11 +13,24 @@ use super::audit::AuditEntry;
 /// The outcome of trying to reserve an amount.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reserved {
-    /// Reserved; settle this reservation after the call.
-    New { reservation_id: i64 },
+    /// Reserved; settle this reservation after the call. `duplicate_of`
+    /// names the earlier charge for the same customer and period when the
+    /// key's duplicate guard flags the call.
+    New {
+        reservation_id: i64,
+        duplicate_of: Option<String>,
+    },
     /// The Idempotency-Key was already used under this key: the call is a
     /// retry, forwarded without reserving again.
     Replay,
+    /// The key's duplicate guard blocks it: the customer already has a
+    /// charge this period under another Idempotency-Key (`earlier_charge`,
+    /// unknown while that call is in flight or its outcome is unknown;
+    /// `earlier_state` is its reservation's state).
+    Duplicate {
+        earlier_charge: Option<String>,
+        earlier_state: String,
+    },
     /// Reserving would take spent + reserved over the cap.
     OverCap { cap: i64, spent: i64, reserved: i64 },
     /// The key was revoked or expired since it was checked.
@@ -40,8 +53,6 @@ pub struct ReserveCall {
     pub currency: Option<String>,
 }
 
-/// Reserves for many calls in one statement and one commit (see
-/// reserve_spend_many in the migrations); one outcome per call, in order.
 /// One row of reserve_spend_many.
 #[derive(sqlx::FromRow)]
 struct ReserveOutcome {
@@ -51,6 +62,8 @@ struct ReserveOutcome {
     cap: Option<i64>,
     spent: Option<i64>,
     reserved: Option<i64>,
+    earlier_charge: Option<String>,
+    earlier_state: Option<String>,
 }
 
 /// Reserves for many calls in one statement and one commit (see
@@ -70,8 +83,15 @@ pub async fn reserve_many(
             .and_then(|i| outcomes.get_mut(i));
         let Some(slot) = slot else { continue };
         *slot = match (row.outcome.as_str(), row.reservation_id) {
-            ("reserved", Some(reservation_id)) => Reserved::New { reservation_id },
+            ("reserved", Some(reservation_id)) => Reserved::New {
+                reservation_id,
+                duplicate_of: row.earlier_charge,
+            },
             ("replay", _) => Reserved::Replay,
+            ("duplicate", _) => Reserved::Duplicate {
+                earlier_charge: row.earlier_charge,
+                earlier_state: row.earlier_state.unwrap_or_default(),
+            },
             ("over_cap", _) => Reserved::OverCap {
                 cap: row.cap.unwrap_or_default(),
                 spent: row.spent.unwrap_or_default(),

@@ -29,9 +29,17 @@ pub struct VaultKeyRow {
     pub created_at: DateTime<Utc>,
     /// Set on a follow-on key issued for a cap increase.
     pub parent_key_id: Option<i64>,
+    /// What the proxy does with a second charge for a customer and period:
+    /// `off`, `flag` or `block` ([`crate::domain::DuplicatePolicy`]).
+    pub duplicate_policy: String,
 }
 
 impl VaultKeyRow {
+    /// The key's duplicate guard (the column's CHECK admits only these).
+    pub fn guard(&self) -> crate::domain::DuplicatePolicy {
+        crate::domain::DuplicatePolicy::parse(&self.duplicate_policy).unwrap_or_default()
+    }
+
     /// Revoked, expired or active: derived, never stored.
     pub fn status(&self, now: DateTime<Utc>) -> KeyStatus {
         if self.revoked_at.is_some() {
@@ -64,7 +72,7 @@ impl VaultKeyRow {
 
 const COLUMNS: &str = "id, label, secret_prefix, billing_period, currency, expected_total_cents, buffer_bps,
     cap_cents, spent_cents, reserved_cents, allowed_endpoints, expires_at, revoked_at, revoke_reason,
-    alert_thresholds_pct, created_at, parent_key_id";
+    alert_thresholds_pct, created_at, parent_key_id, duplicate_policy";
 
 /// What a new key row holds; the caller has validated it.
 pub struct NewKeyRow<'a> {
@@ -79,6 +87,8 @@ pub struct NewKeyRow<'a> {
     pub allowed_endpoints: &'a [String],
     pub expires_at: DateTime<Utc>,
     pub alert_thresholds_pct: &'a [i16],
+    /// `off`, `flag` or `block`.
+    pub duplicate_policy: &'a str,
     pub created_by: Option<i64>,
     pub created_by_token: Option<i64>,
     /// The key a follow-on key extends.
@@ -92,8 +102,8 @@ pub async fn insert(
     sqlx::query_as(&format!(
         "INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
              expected_total_cents, buffer_bps, cap_cents, allowed_endpoints, expires_at, created_by, created_by_token,
-             alert_thresholds_pct, parent_key_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+             alert_thresholds_pct, parent_key_id, duplicate_policy)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
          RETURNING {COLUMNS}"
     ))
     .bind(key.secret_hash)
@@ -110,7 +120,22 @@ pub async fn insert(
     .bind(key.created_by_token)
     .bind(key.alert_thresholds_pct)
     .bind(key.parent_key_id)
+    .bind(key.duplicate_policy)
     .fetch_one(db)
+    .await
+}
+
+pub async fn set_duplicate_policy(
+    db: impl PgExecutor<'_>,
+    id: i64,
+    policy: &str,
+) -> Result<Option<VaultKeyRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE vault_keys SET duplicate_policy = $2 WHERE id = $1 RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(policy)
+    .fetch_optional(db)
     .await
 }
 

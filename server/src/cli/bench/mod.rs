@@ -129,6 +129,7 @@ pub async fn issue_keys(
             allowed_endpoints: vec![app::domain::EndpointPattern::parse("/v1/charges")?],
             expires_at: chrono::Utc::now() + chrono::Duration::hours(1),
             alert_thresholds_pct: DEFAULT_THRESHOLDS_PCT.to_vec(),
+            duplicate_policy: app::domain::DuplicatePolicy::default(),
         };
         keys.push(
             vault_keys::issue(pool, Actor::System, key)

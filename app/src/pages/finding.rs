@@ -1,0 +1,278 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_params_map;
+
+use super::reconciliation::{FindingActions, Resolution};
+use crate::{
+    components::{utc, Amount, ErrorPanel, RequireRole},
+    domain::{EvidenceCharge, FindingEvidence, Me, Role},
+    error::AppError,
+    server_fns::get_finding,
+};
+
+/// One finding and everything behind it: why it was classified so, the
+/// charges side by side, the billing record, the proxy calls with their
+/// idempotency keys, and who did what about it. Operators resolve it here.
+#[component]
+pub fn FindingPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()));
+    let evidence = Resource::new(id, |id| async move {
+        match id {
+            Some(id) => get_finding(id).await,
+            None => Err(AppError::NotFound),
+        }
+    });
+    let can_act = use_context::<Me>().is_some_and(|me| me.role.allows(Role::Operator));
+    view! {
+        <RequireRole role=Role::Viewer>
+            <Suspense>
+                {move || Suspend::new(async move {
+                    match evidence.await {
+                        Ok(evidence) => view! { <Evidence evidence can_act/> }.into_any(),
+                        Err(AppError::NotFound) => view! {
+                            <Title text="Finding not found"/>
+                            <h1>"Finding not found"</h1>
+                            <section class="panel"><p>"There is no such finding. " <a href="/reconciliation">"Back to reconciliation"</a></p></section>
+                        }.into_any(),
+                        Err(error) => view! { <h1>"Finding"</h1><ErrorPanel error/> }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </RequireRole>
+    }
+}
+
+#[component]
+fn Evidence(evidence: FindingEvidence, can_act: bool) -> impl IntoView {
+    let finding = evidence.finding.clone();
+    let id = finding.id;
+    let kind = finding.kind();
+    let title = format!(
+        "{} · {}",
+        kind.map(|k| k.one()).unwrap_or("Finding"),
+        finding.customer_id
+    );
+    let period = finding.billing_period.clone();
+    let synced = match evidence.last_synced_at {
+        Some(at) => format!("Stripe's side as of the last sync, {}.", utc(at)),
+        None => "No sync of this period has finished yet: Stripe's side as last stored.".into(),
+    };
+    view! {
+        <Title text=title.clone()/>
+        <p class="breadcrumb">
+            <a href=format!("/reconciliation?period={period}")>{format!("Reconciliation {period}")}</a>
+            {format!(" / #{id}")}
+        </p>
+        <div class="page-head">
+            <h1>{title}</h1>
+            <div class="actions">
+                <span class="hint">{format!("Detected {}", utc(finding.detected_at))}</span>
+            </div>
+        </div>
+        <section class="panel" aria-labelledby="why-heading">
+            <h2 id="why-heading">"Why it was classified so"</h2>
+            <p data-testid="explanation">{finding.explanation.clone()}</p>
+            <dl class="facts facts-money">
+                <div><dt>"Money at risk"</dt><dd><Amount cents=finding.at_risk() currency=finding.currency()/></dd></div>
+                <div><dt>"Billing period"</dt><dd>{period.clone()}</dd></div>
+                <div><dt>"Customer"</dt><dd>{finding.customer_id.clone()}</dd></div>
+            </dl>
+            {match (finding.is_open(), kind) {
+                (true, Some(kind)) => view! { <p class="hint">{format!("Next: {}.", kind.next_step())}</p> }.into_any(),
+                (false, _) => view! { <div class="resolution"><Resolution finding=finding.clone()/></div> }.into_any(),
+                _ => ().into_any(),
+            }}
+            {(finding.is_open() && can_act).then(|| view! {
+                <FindingActions finding=finding.clone() back=format!("/reconciliation/{id}")/>
+            })}
+        </section>
+        <section class="panel" aria-labelledby="charges-heading">
+            <h2 id="charges-heading">"Charges side by side"</h2>
+            <p class="hint">{synced}</p>
+            <ChargeComparison charges=evidence.charges.clone()/>
+        </section>
+        <section class="panel" aria-labelledby="record-heading">
+            <h2 id="record-heading">"Billing record"</h2>
+            {match evidence.record.clone() {
+                None => view! {
+                    <p data-testid="no-record">{format!("No billing record for {} in {period}: the billing job never wrote one.", finding.customer_id)}</p>
+                }.into_any(),
+                Some(record) => view! {
+                    <dl class="facts">
+                        <div><dt>"Charge"</dt><dd><code>{record.charge_id.clone().unwrap_or_else(|| "—".into())}</code></dd></div>
+                        <div><dt>"Amount"</dt><dd><Amount cents=record.amount currency=record.currency.clone()/></dd></div>
+                        <div><dt>"Status"</dt><dd>{record.status.clone()}</dd></div>
+                        <div><dt>"Stripe customer"</dt><dd>{record.stripe_customer_id.clone().unwrap_or_else(|| "—".into())}</dd></div>
+                        <div><dt>"Written"</dt><dd>{utc(record.created_at)}</dd></div>
+                    </dl>
+                }.into_any(),
+            }}
+        </section>
+        <ProxyCalls evidence=evidence.clone()/>
+        <section class="panel" aria-labelledby="history-heading">
+            <h2 id="history-heading">"What was done"</h2>
+            {if evidence.history.is_empty() {
+                view! { <p class="hint">"Nobody has acted on this finding yet."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="data compact">
+                        <thead><tr>
+                            <th scope="col">"Time (UTC)"</th><th scope="col">"Who"</th>
+                            <th scope="col">"Action"</th><th scope="col">"Details"</th>
+                        </tr></thead>
+                        <tbody>
+                            {evidence.history.into_iter().map(|entry| view! {
+                                <tr>
+                                    <td class="nowrap">{entry.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+                                    <td>{entry.who}</td>
+                                    <td><code>{entry.action}</code></td>
+                                    <td class="details"><code>{entry.details}</code></td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+    }
+    .into_any()
+}
+
+/// One column per charge, one row per fact, so the differences (and the
+/// sameness of a duplicate) show at a glance.
+#[component]
+fn ChargeComparison(charges: Vec<EvidenceCharge>) -> impl IntoView {
+    if charges.is_empty() {
+        return view! { <p class="hint">"Stripe has no charge for this customer and period."</p> }
+            .into_any();
+    }
+    type Fact = (&'static str, fn(&EvidenceCharge) -> AnyView);
+    let facts: [Fact; 10] = [
+        ("Created (UTC)", |c| {
+            c.created_at
+                .map(|at| at.format("%Y-%m-%d %H:%M:%S").to_string())
+                .unwrap_or_else(|| "—".into())
+                .into_any()
+        }),
+        ("Amount", |c| {
+            view! { <Amount cents=c.amount currency=c.currency.clone()/> }.into_any()
+        }),
+        ("Refunded", |c| {
+            view! { <Amount cents=c.refunded currency=c.currency.clone()/> }.into_any()
+        }),
+        ("Status", |c| {
+            c.status
+                .clone()
+                .unwrap_or_else(|| "not in Stripe".into())
+                .into_any()
+        }),
+        ("Stripe customer", |c| {
+            c.stripe_customer.clone().unwrap_or_default().into_any()
+        }),
+        ("metadata[customer_id]", |c| {
+            c.metadata_customer_id
+                .clone()
+                .unwrap_or_default()
+                .into_any()
+        }),
+        ("metadata[billing_period]", |c| {
+            c.metadata_billing_period
+                .clone()
+                .unwrap_or_default()
+                .into_any()
+        }),
+        ("Payment intent", |c| match c.payment_intent.clone() {
+            Some(intent) => view! { <code>{intent}</code> }.into_any(),
+            None => "—".into_any(),
+        }),
+        ("Idempotency key", |c| {
+            view! { <code>{c.idempotency_key.clone().unwrap_or_else(|| "not made through the proxy".into())}</code> }
+                .into_any()
+        }),
+        ("Vault key", |c| {
+            c.key_prefix
+                .clone()
+                .map(|p| format!("{p}…"))
+                .unwrap_or_default()
+                .into_any()
+        }),
+    ];
+    view! {
+        <div class="table-scroll">
+            <table class="data comparison" data-testid="charge-comparison">
+                <thead>
+                    <tr>
+                        <th scope="col">"Charge"</th>
+                        {charges.iter().map(|c| {
+                            let role = match (c.keeper, c.in_finding, c.synced) {
+                                (true, _, _) => "keep",
+                                (_, _, false) => "missing in Stripe",
+                                (_, true, _) => "in this finding",
+                                _ => "other charge",
+                            };
+                            view! {
+                                <th scope="col" class=c.in_finding.then_some("in-finding")>
+                                    <code>{c.id.clone()}</code>
+                                    <div class="hint">{role}</div>
+                                </th>
+                            }
+                        }).collect_view()}
+                    </tr>
+                </thead>
+                <tbody>
+                    {facts.into_iter().map(|(label, show)| view! {
+                        <tr>
+                            <th scope="row">{label}</th>
+                            {charges.iter().map(|c| view! { <td>{show(c)}</td> }).collect_view()}
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+fn ProxyCalls(evidence: FindingEvidence) -> impl IntoView {
+    let currency = evidence.finding.currency();
+    view! {
+        <section class="panel" aria-labelledby="calls-heading">
+            <h2 id="calls-heading">"Proxy calls"</h2>
+            {if evidence.calls.is_empty() {
+                view! { <p class="hint">"No call through the proxy for this customer and period: the charges were made around Vaultcap."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="data">
+                        <thead><tr>
+                            <th scope="col">"Time (UTC)"</th>
+                            <th scope="col">"Vault key"</th>
+                            <th scope="col">"Idempotency key"</th>
+                            <th scope="col" class="num">"Amount"</th>
+                            <th scope="col">"Decision"</th>
+                            <th scope="col" class="num">"Stripe status"</th>
+                            <th scope="col">"Stripe object"</th>
+                        </tr></thead>
+                        <tbody>
+                            {evidence.calls.into_iter().map(|call| view! {
+                                <tr class=call.decision.is_refusal().then_some("refused")>
+                                    <td class="nowrap"><a href=format!("/audit/{}", call.id)>{call.at.format("%Y-%m-%d %H:%M:%S").to_string()}</a></td>
+                                    <td class="nowrap">{call.key_prefix.clone().map(|p| format!("{p}…")).unwrap_or_default()}</td>
+                                    <td><code>{call.idempotency_key.clone().unwrap_or_else(|| "none".into())}</code></td>
+                                    <td class="num">{call.amount.map(|cents| view! { <Amount cents currency=currency.clone()/> })}</td>
+                                    <td>
+                                        {call.decision.label()}
+                                        {call.message.clone().map(|m| view! { <div class="hint">{m}</div> })}
+                                    </td>
+                                    <td class="num">{call.upstream_status.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td>
+                                    <td class="object-id"><code>{call.stripe_object_id.clone().unwrap_or_default()}</code></td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+    }
+}
