@@ -11,6 +11,9 @@ const baseURL = `http://127.0.0.1:${port}`;
 // alert notifications' destination), on ports scripts/test picked.
 const stripePort = process.env.E2E_STRIPE_PORT || '3902';
 const hookPort = process.env.E2E_HOOK_PORT || '3903';
+// Vaultcap reaches localstripe through stripe_faults.js, which can lose a
+// charge's answer on demand (the upstream timeout localstripe cannot make).
+const faultPort = process.env.E2E_FAULT_PORT || '3904';
 
 module.exports = defineConfig({
   testDir: './tests',
@@ -45,6 +48,11 @@ module.exports = defineConfig({
       timeout: 60_000,
     },
     {
+      command: `node stripe_faults.js ${faultPort} ${stripePort}`,
+      port: Number(faultPort),
+      reuseExistingServer: false,
+    },
+    {
       command: `node webhook_receiver.js ${hookPort}`,
       url: `http://127.0.0.1:${hookPort}/deliveries`,
       reuseExistingServer: false,
@@ -53,7 +61,9 @@ module.exports = defineConfig({
       command: `../target/debug/vaultcap serve --addr 127.0.0.1:${port} --site-root ../target/site --data-dir ${dataDir}`,
       url: `${baseURL}/healthz`,
       env: {
-        STRIPE_API_BASE: `http://127.0.0.1:${stripePort}`,
+        STRIPE_API_BASE: `http://127.0.0.1:${faultPort}`,
+        // Short, so a lost answer becomes an unknown outcome quickly.
+        VAULTCAP_UPSTREAM_TIMEOUT_SECS: '4',
         STRIPE_SECRET_KEY: 'sk_test_vaultcap_upstream',
         VAULTCAP_ALERT_WEBHOOKS: `http://127.0.0.1:${hookPort}/slack`,
       },

@@ -4,11 +4,13 @@ line per customer (`cust_… ch_…` or `cust_… refused <code>`).
 
 Usage: python billing_job.py --api-base URL --key VK --period YYYY-MM
                              --customers N --amount CENTS [--prefix P]
-                             [--idempotency-prefix I]
+                             [--idempotency-prefix I] [--fault F]
 
 The idempotency key is `<I>-<customer>-<period>` (I defaults to `bill`): a
 redelivery that rotates it (as the seed articles' buggy consumers do) is a
-second charge for the same customer.
+second charge for the same customer. `--fault answer_lost` asks the browser
+tests' Stripe stand-in (e2e/stripe_faults.js) to make the charges and lose
+their answers.
 """
 
 import argparse
@@ -25,7 +27,9 @@ def main() -> None:
     parser.add_argument("--amount", type=int, required=True)
     parser.add_argument("--prefix", default="cust")
     parser.add_argument("--idempotency-prefix", default="bill")
+    parser.add_argument("--fault")
     args = parser.parse_args()
+    fault = {"fault": args.fault} if args.fault else {}
 
     sdk = stripe.StripeClient(args.key, base_addresses={"api": args.api_base}, max_network_retries=0)
     for n in range(args.customers):
@@ -36,7 +40,7 @@ def main() -> None:
                     "amount": args.amount,
                     "currency": "usd",
                     "source": "pm_card_visa",
-                    "metadata": {"customer_id": customer, "billing_period": args.period},
+                    "metadata": {"customer_id": customer, "billing_period": args.period, **fault},
                 },
                 options={"idempotency_key": f"{args.idempotency_prefix}-{customer}-{args.period}"},
             )

@@ -52,11 +52,11 @@ function currentPeriod() {
  * customers named `${prefix}_0000…`; its output lines (`cust_… ch_…` or
  * `cust_… refused <code>`).
  */
-function runBillingJob(baseURL, key, customers, amount, prefix, idempotencyPrefix = 'bill') {
+function runBillingJob(baseURL, key, customers, amount, prefix, idempotencyPrefix = 'bill', fault = '') {
   const out = execFileSync(python, [
     billingJob, '--api-base', baseURL, '--key', key, '--period', currentPeriod(),
     '--customers', String(customers), '--amount', String(amount), '--prefix', prefix,
-    '--idempotency-prefix', idempotencyPrefix,
+    '--idempotency-prefix', idempotencyPrefix, ...(fault ? ['--fault', fault] : []),
   ], { encoding: 'utf8' });
   return out.trim().split('\n');
 }

@@ -5,23 +5,39 @@ use serde::{Deserialize, Serialize};
 
 use super::{BillingPeriod, Cents, Currency, ParseError};
 
-/// The findings a page or an export shows: one period (the current UTC one
-/// when not given), optionally one kind, open (default), resolved or all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The findings a page, an export or a bulk action covers: one period (the
+/// current UTC one when not given), optionally one kind, open (default),
+/// resolved or all, optionally customers whose id starts with a text.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FindingFilter {
     pub period: BillingPeriod,
     pub kind: Option<FindingKind>,
     /// `Some(true)` open, `Some(false)` resolved, `None` all.
     pub open: Option<bool>,
+    /// The start of the billing job's customer id.
+    pub customer: Option<String>,
 }
+
+/// The longest customer search.
+const MAX_CUSTOMER_CHARS: usize = 200;
 
 impl FindingFilter {
     pub fn parse(
         period: Option<&str>,
         kind: Option<&str>,
         state: Option<&str>,
+        customer: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<Self, ParseError> {
+        let customer = match customer.map(str::trim) {
+            None | Some("") => None,
+            Some(raw) if raw.chars().count() > MAX_CUSTOMER_CHARS => {
+                return Err(ParseError::new(format!(
+                    "a customer search has at most {MAX_CUSTOMER_CHARS} characters"
+                )))
+            }
+            Some(raw) => Some(raw.to_owned()),
+        };
         let period = match period.map(str::trim) {
             None | Some("") => BillingPeriod::containing(now),
             Some(raw) => raw.parse()?,
@@ -44,7 +60,26 @@ impl FindingFilter {
                 )))
             }
         };
-        Ok(Self { period, kind, open })
+        Ok(Self {
+            period,
+            kind,
+            open,
+            customer,
+        })
+    }
+
+    /// The filter as a query string (`period=…&kind=…&state=…&customer=…`).
+    pub fn query(&self) -> String {
+        let mut query = format!(
+            "period={}&kind={}&state={}",
+            self.period,
+            self.kind.map(FindingKind::as_str).unwrap_or("all"),
+            self.state()
+        );
+        if let Some(customer) = &self.customer {
+            query.push_str(&format!("&customer={}", super::key_list::encode(customer)));
+        }
+        query
     }
 
     /// `open`, `resolved` or `all`.
@@ -183,6 +218,8 @@ pub struct ReconciliationView {
     /// `open` (default), `resolved` or `all`.
     pub state: String,
     pub kind: Option<FindingKind>,
+    /// The customer search, as typed.
+    pub customer: String,
 }
 
 /// A charge as a finding's page compares it: what Stripe last said, and
@@ -325,6 +362,10 @@ pub struct BulkPreview {
     pub period: String,
     /// The page's kind filter.
     pub kind: Option<FindingKind>,
+    /// The page's customer search.
+    pub customer: String,
+    /// The query string back to the page's filtered list.
+    pub back_query: String,
     /// The findings it applies to, the largest risk first (at most
     /// [`MAX_BULK`]).
     pub findings: Vec<Finding>,

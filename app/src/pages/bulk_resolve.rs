@@ -13,9 +13,18 @@ use crate::{
 #[component]
 pub fn BulkResolvePage() -> impl IntoView {
     let query = use_query_map();
-    let args = move || query.with(|q| (q.get("period"), q.get("kind"), q.get("action")));
-    let preview = Resource::new(args, |(period, kind, action)| {
-        preview_bulk(period, kind, action)
+    let args = move || {
+        query.with(|q| {
+            (
+                q.get("period"),
+                q.get("kind"),
+                q.get("customer"),
+                q.get("action"),
+            )
+        })
+    };
+    let preview = Resource::new(args, |(period, kind, customer, action)| {
+        preview_bulk(period, kind, customer, action)
     });
     view! {
         <Title text="Bulk resolution"/>
@@ -39,16 +48,18 @@ pub fn BulkResolvePage() -> impl IntoView {
 #[component]
 fn Preview(preview: BulkPreview) -> impl IntoView {
     let period = preview.period.clone();
-    let back = format!(
-        "/reconciliation?period={period}&kind={}",
-        preview.kind.map(|k| k.as_str()).unwrap_or("all")
-    );
+    let back = format!("/reconciliation?{}", preview.back_query);
+    let scope = if preview.customer.is_empty() {
+        String::new()
+    } else {
+        format!(" for customers starting with {}", preview.customer)
+    };
     let count = preview.findings.len();
     let total = preview.total_text();
     let what = match preview.action {
-        BulkAction::Adopt => format!("Adopt {count} orphaned charge finding(s) in {period}"),
-        BulkAction::Refund => format!("Refund {count} duplicate finding(s) in {period}"),
-        BulkAction::Dismiss => format!("Dismiss {count} finding(s) in {period}"),
+        BulkAction::Adopt => format!("Adopt {count} orphaned charge finding(s) in {period}{scope}"),
+        BulkAction::Refund => format!("Refund {count} duplicate finding(s) in {period}{scope}"),
+        BulkAction::Dismiss => format!("Dismiss {count} finding(s) in {period}{scope}"),
     };
     let effect = match preview.action {
         BulkAction::Adopt => format!(
@@ -93,6 +104,7 @@ fn Preview(preview: BulkPreview) -> impl IntoView {
                         <input type="hidden" name="action" value=preview.action.as_str()/>
                         <input type="hidden" name="period" value=period.clone()/>
                         <input type="hidden" name="kind" value=preview.kind.map(|k| k.as_str()).unwrap_or("all")/>
+                        <input type="hidden" name="customer" value=preview.customer.clone()/>
                         <input type="hidden" name="ids" value=preview.ids()/>
                         {(preview.action == BulkAction::Dismiss).then(|| view! {
                             <div class="field">

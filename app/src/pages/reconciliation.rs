@@ -15,9 +15,18 @@ use crate::{
 #[component]
 pub fn ReconciliationPage() -> impl IntoView {
     let query = use_query_map();
-    let args = move || query.with(|q| (q.get("period"), q.get("kind"), q.get("state")));
-    let view_data = Resource::new(args, |(period, kind, state)| {
-        get_reconciliation(period, kind, state)
+    let args = move || {
+        query.with(|q| {
+            (
+                q.get("period"),
+                q.get("kind"),
+                q.get("state"),
+                q.get("customer"),
+            )
+        })
+    };
+    let view_data = Resource::new(args, |(period, kind, state, customer)| {
+        get_reconciliation(period, kind, state, customer)
     });
     let can_act = use_context::<Me>().is_some_and(|me| me.role.allows(Role::Operator));
     view! {
@@ -64,6 +73,11 @@ fn Reconciliation(data: ReconciliationView, can_act: bool) -> impl IntoView {
                         <option value=value selected=data.state == value>{label}</option>
                     }).collect_view()}
                 </select>
+            </div>
+            <div class="field">
+                <label for="rec-customer">"Customer"</label>
+                <input id="rec-customer" name="customer" type="search" maxlength="200" value=data.customer.clone()
+                    placeholder="Customer id starts with"/>
             </div>
             <div class="filter-actions">
                 <button type="submit" class="button button-quiet">"Show"</button>
@@ -151,6 +165,7 @@ fn BulkPanel(data: ReconciliationView) -> impl IntoView {
         <form class="panel form-inline bulk-panel" method="get" action="/reconciliation/bulk" aria-label="Bulk resolution">
             <input type="hidden" name="period" value=data.period.clone()/>
             <input type="hidden" name="kind" value=data.kind.map(|k| k.as_str()).unwrap_or("all")/>
+            <input type="hidden" name="customer" value=data.customer.clone()/>
             <div class="field">
                 <label for="bulk-action">"Resolve every open finding shown"</label>
                 <select id="bulk-action" name="action">

@@ -9,6 +9,7 @@ pub async fn get_reconciliation(
     period: Option<String>,
     kind: Option<String>,
     state: Option<String>,
+    customer: Option<String>,
 ) -> Result<ReconciliationView, AppError> {
     use crate::{
         domain::{Cents, Currency, FindingFilter, FindingKind, FindingTotal, Role, SyncSummary},
@@ -22,6 +23,7 @@ pub async fn get_reconciliation(
         period.as_deref(),
         kind.as_deref(),
         state.as_deref(),
+        customer.as_deref(),
         chrono::Utc::now(),
     )?;
     let pool = &expect_context::<ssr::AppState>().pool;
@@ -48,18 +50,15 @@ pub async fn get_reconciliation(
         })
         .collect();
     Ok(ReconciliationView {
-        findings: findings::list(pool, &name, filter.kind, filter.open, 500).await?,
+        findings: findings::list(pool, &filter, 500).await?,
         periods: findings::periods(pool).await?,
-        export_query: format!(
-            "period={name}&kind={}&state={}",
-            filter.kind.map(FindingKind::as_str).unwrap_or("all"),
-            filter.state()
-        ),
+        export_query: filter.query(),
         period: name,
         last_sync,
         totals,
         state: filter.state().to_owned(),
         kind: filter.kind,
+        customer: filter.customer.unwrap_or_default(),
     })
 }
 
@@ -95,6 +94,7 @@ pub async fn get_finding(id: i64) -> Result<crate::domain::FindingEvidence, AppE
 pub async fn preview_bulk(
     period: Option<String>,
     kind: Option<String>,
+    customer: Option<String>,
     action: Option<String>,
 ) -> Result<crate::domain::BulkPreview, AppError> {
     use crate::{
@@ -102,10 +102,15 @@ pub async fn preview_bulk(
         ssr::{self, data::findings},
     };
     ssr::auth::require(Role::Operator)?;
-    let filter =
-        FindingFilter::parse(period.as_deref(), kind.as_deref(), None, chrono::Utc::now())?;
     let action = BulkAction::parse(action.as_deref().unwrap_or_default())?;
-    let kind = match (action.kind(), filter.kind) {
+    let shown = FindingFilter::parse(
+        period.as_deref(),
+        kind.as_deref(),
+        None,
+        customer.as_deref(),
+        chrono::Utc::now(),
+    )?;
+    let kind = match (action.kind(), shown.kind) {
         (Some(needed), Some(shown)) if needed != shown => {
             return Err(AppError::Invalid(format!(
                 "{} applies to {} only, and the page shows {}",
@@ -116,16 +121,22 @@ pub async fn preview_bulk(
         }
         (needed, shown) => needed.or(shown),
     };
+    let filter = FindingFilter {
+        kind,
+        open: Some(true),
+        ..shown.clone()
+    };
     let pool = &expect_context::<ssr::AppState>().pool;
-    let name = filter.period.to_string();
-    let found = findings::list(pool, &name, kind, Some(true), MAX_BULK as i64).await?;
-    let open = findings::count_open(pool, &name, kind).await?;
+    let found = findings::list(pool, &filter, MAX_BULK as i64).await?;
+    let open = findings::count(pool, &filter).await?;
     Ok(BulkPreview {
         totals: crate::domain::at_risk_by_currency(&found),
         action,
         left_over: open - found.len() as i64,
-        period: name,
+        period: filter.period.to_string(),
         kind,
+        customer: filter.customer.clone().unwrap_or_default(),
+        back_query: shown.query(),
         findings: found,
     })
 }

@@ -52,6 +52,7 @@ pub struct ExportQuery {
     period: Option<String>,
     kind: Option<String>,
     state: Option<String>,
+    customer: Option<String>,
 }
 
 pub async fn export(
@@ -69,10 +70,11 @@ pub async fn export(
             query.period.as_deref(),
             query.kind.as_deref(),
             query.state.as_deref(),
+            query.customer.as_deref(),
             chrono::Utc::now(),
         )?;
         let period = filter.period.to_string();
-        let rows = findings::list(&state.pool, &period, filter.kind, filter.open, MAX_ROWS).await?;
+        let rows = findings::list(&state.pool, &filter, MAX_ROWS).await?;
         let mut csv = csv::Writer::from_writer(Vec::new());
         let time =
             |at: chrono::DateTime<chrono::Utc>| at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();

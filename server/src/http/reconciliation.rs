@@ -15,8 +15,8 @@ use super::{
 };
 use app::{
     domain::{
-        at_risk_by_currency, money_text, BillingPeriod, BulkAction, Finding, Me, Notice, Role,
-        MAX_BULK,
+        at_risk_by_currency, money_text, BillingPeriod, BulkAction, Finding, FindingFilter, Me,
+        Notice, Role, MAX_BULK,
     },
     error::AppError,
     ssr::{
@@ -241,6 +241,8 @@ pub struct BulkForm {
     #[serde(default)]
     kind: String,
     #[serde(default)]
+    customer: String,
+    #[serde(default)]
     ids: String,
     #[serde(default)]
     reason: String,
@@ -266,10 +268,16 @@ pub async fn bulk(
         Ok(form) => form,
         Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
     };
-    let back = match form.period.parse::<BillingPeriod>() {
-        Ok(period) => format!("/reconciliation?period={period}&kind={}", form.kind),
-        Err(_) => "/reconciliation".into(),
-    };
+    // Back to the filtered list the preview came from.
+    let back = FindingFilter::parse(
+        Some(&form.period),
+        Some(&form.kind),
+        None,
+        Some(&form.customer),
+        chrono::Utc::now(),
+    )
+    .map(|filter| format!("/reconciliation?{}", filter.query()))
+    .unwrap_or_else(|_| "/reconciliation".into());
     let actor = Actor::Operator { id: me.id, ip };
     let outcome = bulk_resolve(&state, client, actor, &form)
         .await

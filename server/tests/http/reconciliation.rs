@@ -710,6 +710,18 @@ async fn a_bulk_action_previews_count_and_money_then_resolves_exactly_those_once
         preview.contains(&format!(r#"name="ids" value="{ids}""#)),
         "{preview}"
     );
+    let scoped = app
+        .get(
+            "/reconciliation/bulk?period=2026-07&kind=orphaned&action=adopt&customer=cust_4",
+            Some(&ops),
+        )
+        .await
+        .body;
+    assert!(
+        scoped.contains(r#"data-testid="bulk-count">1<"#),
+        "{scoped}"
+    );
+    assert!(scoped.contains("for customers starting with cust_4"));
     let mismatch = app
         .get(
             "/reconciliation/bulk?period=2026-07&kind=duplicate&action=adopt",
@@ -743,7 +755,7 @@ async fn a_bulk_action_previews_count_and_money_then_resolves_exactly_those_once
     let unconfirmed = bulk(form(""), &ops).await;
     assert_eq!(
         unconfirmed.location(),
-        "/reconciliation?period=2026-07&kind=orphaned"
+        "/reconciliation?period=2026-07&kind=orphaned&state=open"
     );
     let notice = app.notice(unconfirmed.location(), &ops).await;
     assert!(notice.contains("tick the box"), "{notice}");

@@ -11,7 +11,7 @@ use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::{
     BillingPeriod, Cents, Currency, Decision, EvidenceCall, EvidenceCharge, EvidenceRecord,
-    Finding, FindingKind,
+    Finding, FindingFilter, FindingKind,
 };
 
 /// A live charge: Stripe took the money and has not given all of it back.
@@ -159,27 +159,44 @@ const SELECT: &str = "SELECT f.id, f.kind, f.billing_period, f.customer_id, f.cu
         f.resolution_note
      FROM reconciliation_findings f LEFT JOIN operators o ON o.id = f.resolved_by";
 
-/// A period's findings, the largest risk first: open ones, resolved ones or
-/// both (`open: None`), optionally of one kind.
+/// The findings a filter selects, the largest risk first (open ones before
+/// resolved ones).
 pub async fn list(
     db: impl PgExecutor<'_>,
-    period: &str,
-    kind: Option<FindingKind>,
-    open: Option<bool>,
+    filter: &FindingFilter,
     limit: i64,
 ) -> Result<Vec<Finding>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "{SELECT} WHERE f.billing_period = $1 AND ($2::text IS NULL OR f.kind = $2)
-                    AND ($3::boolean IS NULL OR (f.resolved_at IS NULL) = $3)
-         ORDER BY f.resolved_at IS NULL DESC, f.amount_at_risk_cents DESC, f.id LIMIT $4"
+        "{SELECT} WHERE {MATCHES}
+         ORDER BY f.resolved_at IS NULL DESC, f.amount_at_risk_cents DESC, f.id LIMIT $5"
     ))
-    .bind(period)
-    .bind(kind.map(FindingKind::as_str))
-    .bind(open)
+    .bind(filter.period.to_string())
+    .bind(filter.kind.map(FindingKind::as_str))
+    .bind(filter.open)
+    .bind(&filter.customer)
     .bind(limit)
     .fetch_all(db)
     .await
 }
+
+/// How many findings a filter selects.
+pub async fn count(db: impl PgExecutor<'_>, filter: &FindingFilter) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM reconciliation_findings f WHERE {MATCHES}"
+    ))
+    .bind(filter.period.to_string())
+    .bind(filter.kind.map(FindingKind::as_str))
+    .bind(filter.open)
+    .bind(&filter.customer)
+    .fetch_one(db)
+    .await
+}
+
+/// A [`FindingFilter`] as SQL over `f`, bound as $1 period, $2 kind, $3
+/// open, $4 customer prefix.
+const MATCHES: &str = "f.billing_period = $1 AND ($2::text IS NULL OR f.kind = $2)
+    AND ($3::boolean IS NULL OR (f.resolved_at IS NULL) = $3)
+    AND ($4::text IS NULL OR starts_with(f.customer_id, $4))";
 
 /// Open findings and money at risk per kind and currency.
 pub async fn totals(
@@ -434,20 +451,4 @@ pub async fn evidence_calls(
             })
         })
         .collect())
-}
-
-/// How many open findings a period has, optionally of one kind.
-pub async fn count_open(
-    db: impl PgExecutor<'_>,
-    period: &str,
-    kind: Option<FindingKind>,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM reconciliation_findings
-         WHERE billing_period = $1 AND ($2::text IS NULL OR kind = $2) AND resolved_at IS NULL",
-    )
-    .bind(period)
-    .bind(kind.map(FindingKind::as_str))
-    .fetch_one(db)
-    .await
 }
