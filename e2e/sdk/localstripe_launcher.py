@@ -14,11 +14,13 @@ Changes to stock localstripe, each small and tested in test_launcher.py:
   400 `idempotency_error`; a retry while the first request is still running
   gets a 409. Answers are kept per API key, for the life of the process,
   except server errors (5xx), which a retry may redo;
-* charges carry the fields async-stripe needs to decode them
-  (`amount_captured`, `billing_details`, `disputed`), and listing them
-  takes any of `created[gt|gte|lt|lte]` together and answers newest first,
-  as Stripe does (stock localstripe takes `created[gt]` alone and lists
-  oldest first);
+* charges and payment intents carry the fields async-stripe needs to decode
+  them (charges: `amount_captured`, `billing_details`, `disputed`; payment
+  intents: `amount_capturable`, `amount_received`, `confirmation_method`,
+  `payment_method_types`), and listing either takes any of
+  `created[gt|gte|lt|lte]` together and answers newest first, as Stripe does
+  (stock localstripe takes `created[gt]` alone for charges, nothing for
+  payment intents, and lists oldest first);
 * refunds take Stripe's `reason`, refund what is left of the charge when
   no amount is given, and refuse a charge with nothing left to refund (400
   `charge_already_refunded`) instead of refunding it again.
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from localstripe import server
 from localstripe.errors import UserError
-from localstripe.resources import Charge, Refund, Store, try_convert_to_int
+from localstripe.resources import Charge, PaymentIntent, Refund, Store, try_convert_to_int
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,42 @@ def idempotent_posts():
     return middleware
 
 
+BOUNDS = {
+    "gt": lambda created, at: created > at,
+    "gte": lambda created, at: created >= at,
+    "lt": lambda created, at: created < at,
+    "lte": lambda created, at: created <= at,
+}
+
+
+def ranged_listing(resource):
+    """`resource`'s list as Stripe answers it: `customer` and any `created`
+    bounds, newest first."""
+
+    def list_all(cls, url, customer=None, created=None, limit=10, starting_after=None):
+        if created is not None and not isinstance(created, dict):
+            created = {"gte": created, "lte": created}
+        wanted = []
+        for op, raw in (created or {}).items():
+            at = try_convert_to_int(raw)
+            if op not in BOUNDS or not isinstance(at, int):
+                raise UserError(400, f"Invalid created[{op}]: {raw}")
+            wanted.append((BOUNDS[op], at))
+        li = super(resource, cls)._api_list_all(url, limit=limit, starting_after=starting_after)
+        li._list = [
+            o
+            for o in li._list
+            if (customer is None or o.customer == customer) and all(test(o.created, at) for test, at in wanted)
+        ]
+        # Newest first; within a second, the later created first (the store
+        # keeps creation order and the sort is stable).
+        li._list.sort(key=lambda o: o.created)
+        li._list.reverse()
+        return li
+
+    resource._api_list_all = classmethod(list_all)
+
+
 def patch_charges() -> None:
     """Charges as Stripe shows and lists them (see the module's doc)."""
     Charge.amount_captured = property(
@@ -101,36 +139,20 @@ def patch_charges() -> None:
         lambda self: {"address": None, "email": None, "name": None, "phone": None}
     )
     Charge.disputed = property(lambda self: False)
+    ranged_listing(Charge)
 
-    bounds = {
-        "gt": lambda created, at: created > at,
-        "gte": lambda created, at: created >= at,
-        "lt": lambda created, at: created < at,
-        "lte": lambda created, at: created <= at,
-    }
 
-    def list_charges(cls, url, customer=None, created=None, limit=10, starting_after=None):
-        if created is not None and not isinstance(created, dict):
-            created = {"gte": created, "lte": created}
-        wanted = []
-        for op, raw in (created or {}).items():
-            at = try_convert_to_int(raw)
-            if op not in bounds or not isinstance(at, int):
-                raise UserError(400, f"Invalid created[{op}]: {raw}")
-            wanted.append((bounds[op], at))
-        li = super(Charge, cls)._api_list_all(url, limit=limit, starting_after=starting_after)
-        li._list = [
-            c
-            for c in li._list
-            if (customer is None or c.customer == customer) and all(test(c.created, at) for test, at in wanted)
-        ]
-        # Newest first; within a second, the later created first (the store
-        # keeps creation order and the sort is stable).
-        li._list.sort(key=lambda c: c.created)
-        li._list.reverse()
-        return li
-
-    Charge._api_list_all = classmethod(list_charges)
+def patch_payment_intents() -> None:
+    """Payment intents as Stripe shows and lists them (see the module's doc)."""
+    PaymentIntent.amount_capturable = property(
+        lambda self: self.amount if self.status == "requires_capture" else 0
+    )
+    PaymentIntent.amount_received = property(
+        lambda self: self.amount if self.status == "succeeded" else 0
+    )
+    PaymentIntent.confirmation_method = property(lambda self: "automatic")
+    PaymentIntent.payment_method_types = property(lambda self: ["card"])
+    ranged_listing(PaymentIntent)
 
 
 def patch_refunds() -> None:
@@ -168,6 +190,7 @@ def main() -> None:
 
     Store.dump_to_disk = lambda self: None
     patch_charges()
+    patch_payment_intents()
     patch_refunds()
     # Inside the authentication check, so only authenticated calls are kept.
     server.app.middlewares.insert(2, idempotent_posts())

@@ -51,6 +51,20 @@ def test_charges_carry_the_fields_async_stripe_decodes(sdk):
     assert set(charge["billing_details"]) == {"address", "email", "name", "phone"}
 
 
+def test_payment_intents_carry_the_fields_async_stripe_decodes_and_list_by_created(sdk):
+    intent = sdk.v1.payment_intents.create(
+        params={"amount": 900, "currency": "usd", "payment_method": "pm_card_visa", "confirm": True,
+                "metadata": {"customer_id": "cust_launcher"}},
+        options={"idempotency_key": "launcher-intent"},
+    ).to_dict()
+    assert (intent["status"], intent["amount_received"], intent["amount_capturable"]) == ("succeeded", 900, 0)
+    assert intent["confirmation_method"] == "automatic"
+    assert intent["payment_method_types"] == ["card"]
+    listed = sdk.v1.payment_intents.list(params={"created": {"gte": intent["created"]}, "limit": 100})
+    assert intent["id"] in [i.id for i in listed.data]
+    assert sdk.v1.payment_intents.list(params={"created": {"lt": intent["created"] - 10}}).data == []
+
+
 def test_refunds_take_a_reason_refund_the_remainder_and_never_twice(sdk):
     charge = create_charge(sdk, 1000, "launcher-refund")
     sdk.v1.refunds.create(params={"charge": charge.id, "amount": 300, "reason": "duplicate"})

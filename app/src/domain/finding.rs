@@ -201,7 +201,21 @@ pub struct SyncSummary {
     pub finished_at: Option<DateTime<Utc>>,
     pub pages: i32,
     pub charges_seen: i32,
+    pub intents_seen: i32,
     pub error: Option<String>,
+}
+
+impl SyncSummary {
+    /// `120 charges and 4 payment intents in 3 pages`.
+    pub fn seen(&self) -> String {
+        format!(
+            "{} charges and {} payment intents in {} page{}",
+            self.charges_seen,
+            self.intents_seen,
+            self.pages,
+            if self.pages == 1 { "" } else { "s" }
+        )
+    }
 }
 
 /// What the Reconciliation page shows for one period.

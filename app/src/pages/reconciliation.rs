@@ -103,24 +103,16 @@ fn SyncPanel(data: ReconciliationView, can_act: bool) -> impl IntoView {
             "{period} has not been synced from Stripe yet: sync it to detect findings (or run vaultcap reconcile --period {period} on the server)."
         ),
         Some(sync) => match (&sync.finished_at, &sync.error) {
-            (Some(at), _) => format!(
-                "Last synced {}: {} charges in {} page{}.",
-                utc(*at),
-                sync.charges_seen,
-                sync.pages,
-                if sync.pages == 1 { "" } else { "s" }
-            ),
+            (Some(at), _) => format!("Last synced {}: {}.", utc(*at), sync.seen()),
             (None, Some(error)) => format!(
-                "The sync started {} stopped after {} pages ({} charges): {error}. Syncing again resumes it.",
+                "The sync started {} stopped after {}: {error}. Syncing again resumes it.",
                 utc(sync.started_at),
-                sync.pages,
-                sync.charges_seen
+                sync.seen()
             ),
             (None, None) => format!(
-                "A sync started {} is under way: {} pages, {} charges so far. This page follows it.",
+                "A sync started {} is under way: {} so far. This page follows it.",
                 utc(sync.started_at),
-                sync.pages,
-                sync.charges_seen
+                sync.seen()
             ),
         },
     };

@@ -35,6 +35,7 @@ pub async fn get_reconciliation(
             finished_at: s.finished_at,
             pages: s.pages,
             charges_seen: s.charges_seen,
+            intents_seen: s.intents_seen,
             error: s.error,
         });
     let totals = findings::totals(pool, &name)

@@ -53,8 +53,8 @@ pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
         println!("Syncing {period} from {}", args.stripe.stripe_api_base);
         let synced = sync::sync_period(&db.pool, &client, period, &options, |progress| {
             println!(
-                "  page {}: {} charges seen",
-                progress.pages, progress.charges_seen
+                "  page {}: {} payment intents, {} charges seen",
+                progress.pages, progress.intents_seen, progress.charges_seen
             );
         })
         .await?;
@@ -66,15 +66,16 @@ pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
             "billing_period",
             Some(period.to_string()),
             serde_json::json!({ "sync_id": synced.id, "pages": synced.pages,
-                "charges_seen": synced.charges_seen, "orphaned": found.orphaned,
+                "charges_seen": synced.charges_seen, "intents_seen": synced.intents_seen,
+                "orphaned": found.orphaned,
                 "duplicate": found.duplicate, "missing": found.missing, "cleared": found.cleared,
                 "unknown_settled": unknown.settled, "unknown_released": unknown.released }),
         )
         .await?;
         println!(
-            "Synced {} charges in {} pages. Findings: {} orphaned, {} duplicate, {} missing; {} cleared. \
-             Calls of unknown outcome: {} settled, {} released.",
-            synced.charges_seen, synced.pages, found.orphaned, found.duplicate, found.missing, found.cleared,
+            "Synced {} charges and {} payment intents in {} pages. Findings: {} orphaned, {} duplicate, \
+             {} missing; {} cleared. Calls of unknown outcome: {} settled, {} released.",
+            synced.charges_seen, synced.intents_seen, synced.pages, found.orphaned, found.duplicate, found.missing, found.cleared,
             unknown.settled, unknown.released
         );
         anyhow::Ok(())

@@ -1,5 +1,8 @@
-//! The Stripe sync: every charge created in a billing period (plus a margin
-//! either side) into `stripe_charges`, page by page, with async-stripe.
+//! The Stripe sync: every payment intent and then every charge created in
+//! a billing period (plus a margin either side) into
+//! `stripe_payment_intents` and `stripe_charges`, page by page, with
+//! async-stripe. Intents go first: Stripe keeps a billing job's metadata on
+//! the intent, and a charge it made is stored with that metadata.
 //!
 //! Each page is stored with the sync's progress in one transaction, so an
 //! interrupted sync (a crash, a Stripe error) resumes after the last page
@@ -10,12 +13,12 @@
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use sqlx::PgPool;
 use stripe::{Client, ClientBuilder, StripeError};
-use stripe_core::charge::ListCharge;
+use stripe_core::{charge::ListCharge, payment_intent::ListPaymentIntent};
 use stripe_types::{RangeBoundsTs, RangeQueryTs};
 
 use app::{
     domain::BillingPeriod,
-    ssr::data::stripe_charges::{self, SyncRow, SyncedCharge},
+    ssr::data::stripe_charges::{self, SyncRow, SyncedCharge, SyncedIntent},
 };
 
 /// How a sync asks Stripe.
@@ -104,24 +107,49 @@ async fn run(
     let (mut sync, _resumed) =
         stripe_charges::start_or_resume(&mut conn, &period.to_string(), from, to).await?;
     drop(conn);
+    let created = || {
+        RangeQueryTs::Bounds(RangeBoundsTs {
+            gte: Some(from.timestamp()),
+            lt: Some(to.timestamp()),
+            ..RangeBoundsTs::default()
+        })
+    };
+    let failed = |sync: &SyncRow, err: StripeError| {
+        let (pool, id) = (pool.clone(), sync.id);
+        async move {
+            let message = describe(&err);
+            stripe_charges::record_error(&pool, id, &message).await?;
+            Err::<SyncRow, _>(SyncError::Stripe(message))
+        }
+    };
+    while !sync.intents_done {
+        let mut request = ListPaymentIntent::new()
+            .created(created())
+            .limit(options.page_size);
+        if let Some(cursor) = &sync.intents_cursor {
+            request = request.starting_after(cursor.clone());
+        }
+        let page = match request.send(client).await {
+            Ok(page) => page,
+            Err(err) => return failed(&sync, err).await,
+        };
+        let intents: Vec<SyncedIntent> = page.data.iter().map(synced_intent).collect();
+        let finished = !page.has_more || intents.is_empty();
+        let mut tx = pool.begin().await?;
+        sync = stripe_charges::store_intent_page(&mut tx, sync.id, &intents, finished).await?;
+        tx.commit().await?;
+        progress(&sync);
+    }
     loop {
         let mut request = ListCharge::new()
-            .created(RangeQueryTs::Bounds(RangeBoundsTs {
-                gte: Some(from.timestamp()),
-                lt: Some(to.timestamp()),
-                ..RangeBoundsTs::default()
-            }))
+            .created(created())
             .limit(options.page_size);
         if let Some(cursor) = &sync.cursor {
             request = request.starting_after(cursor.clone());
         }
         let page = match request.send(client).await {
             Ok(page) => page,
-            Err(err) => {
-                let message = describe(&err);
-                stripe_charges::record_error(pool, sync.id, &message).await?;
-                return Err(SyncError::Stripe(message));
-            }
+            Err(err) => return failed(&sync, err).await,
         };
         let charges: Vec<SyncedCharge> = page.data.iter().map(synced).collect();
         let finished = !page.has_more || charges.is_empty();
@@ -149,6 +177,24 @@ pub fn synced(charge: &stripe_core::Charge) -> SyncedCharge {
         billing_period: charge.metadata.get("billing_period").cloned(),
         created_at: Utc
             .timestamp_opt(charge.created, 0)
+            .single()
+            .unwrap_or(DateTime::<Utc>::MIN_UTC),
+    }
+}
+
+/// The payment intent as `stripe_payment_intents` keeps it.
+fn synced_intent(intent: &stripe_core::PaymentIntent) -> SyncedIntent {
+    SyncedIntent {
+        id: intent.id.to_string(),
+        status: intent.status.as_str().to_owned(),
+        amount_cents: intent.amount,
+        currency: intent.currency.to_string(),
+        stripe_customer: intent.customer.as_ref().map(|c| c.id().to_string()),
+        latest_charge: intent.latest_charge.as_ref().map(|c| c.id().to_string()),
+        customer_id: intent.metadata.get("customer_id").cloned(),
+        billing_period: intent.metadata.get("billing_period").cloned(),
+        created_at: Utc
+            .timestamp_opt(intent.created, 0)
             .single()
             .unwrap_or(DateTime::<Utc>::MIN_UTC),
     }

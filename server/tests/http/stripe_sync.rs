@@ -74,6 +74,35 @@ impl Localstripe {
         serde_json::from_str(&text).unwrap()
     }
 
+    /// A payment intent confirmed at once, the billing job's metadata on
+    /// the intent (Stripe does not copy it to the charge); its charge's id.
+    async fn intent(&self, customer: &str, amount: i64) -> String {
+        let period = BillingPeriod::containing(Utc::now()).to_string();
+        let amount = amount.to_string();
+        let created = reqwest::Client::new()
+            .post(format!("{}/v1/payment_intents", self.base))
+            .basic_auth(KEY, Some(""))
+            .form(&[
+                ("amount", amount.as_str()),
+                ("currency", "usd"),
+                ("payment_method", "pm_card_visa"),
+                ("confirm", "true"),
+                ("metadata[customer_id]", customer),
+                ("metadata[billing_period]", period.as_str()),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let created: Value = serde_json::from_str(&created).unwrap();
+        created["latest_charge"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a confirmed intent has a charge: {created}"))
+            .to_owned()
+    }
+
     /// A charge as a billing job makes it; its id.
     async fn charge(&self, customer: &str, amount: i64) -> String {
         let period = BillingPeriod::containing(Utc::now()).to_string();
@@ -144,11 +173,15 @@ async fn a_period_syncs_page_by_page_and_detection_finds_the_seeds_failure_modes
     );
     let mut seen = Vec::new();
     let synced = sync::sync_period(&pool, &client, period, &options(3, 1), |p| {
-        seen.push(p.charges_seen)
+        seen.push((p.intents_seen, p.charges_seen))
     })
     .await
     .unwrap();
-    assert_eq!(seen, [3, 4], "two pages of at most three");
+    assert_eq!(
+        seen,
+        [(0, 0), (0, 3), (0, 4)],
+        "a page of (no) payment intents, then two of at most three charges"
+    );
     assert!(synced.finished_at.is_some());
 
     let found = reconcile::detect(&pool, period).await.unwrap().findings;
@@ -194,30 +227,38 @@ async fn a_period_syncs_page_by_page_and_detection_finds_the_seeds_failure_modes
 }
 
 /// A fake Stripe answering the charge list from `script`, one entry per
-/// request: (status, body). It records each request's query.
+/// request: (status, body), and the payment intent list with no intents. It
+/// records each charge list request's query.
 async fn scripted(script: Vec<(u16, String)>) -> (String, Arc<Mutex<Vec<String>>>) {
     let script = Arc::new(Mutex::new(script.into_iter()));
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let router = Router::new().route(
-        "/v1/charges",
-        get({
-            let seen = seen.clone();
-            move |RawQuery(query): RawQuery| async move {
-                seen.lock().unwrap().push(query.unwrap_or_default());
-                let (status, body) = script
-                    .lock()
-                    .unwrap()
-                    .next()
-                    .expect("no more answers scripted");
-                (
-                    StatusCode::from_u16(status).unwrap(),
-                    [("content-type", "application/json")],
-                    body,
-                )
-                    .into_response()
-            }
-        }),
-    );
+    let no_intents =
+        json!({ "object": "list", "url": "/v1/payment_intents", "has_more": false, "data": [] });
+    let router = Router::new()
+        .route(
+            "/v1/payment_intents",
+            get(move || async move { axum::Json(no_intents) }),
+        )
+        .route(
+            "/v1/charges",
+            get({
+                let seen = seen.clone();
+                move |RawQuery(query): RawQuery| async move {
+                    seen.lock().unwrap().push(query.unwrap_or_default());
+                    let (status, body) = script
+                        .lock()
+                        .unwrap()
+                        .next()
+                        .expect("no more answers scripted");
+                    (
+                        StatusCode::from_u16(status).unwrap(),
+                        [("content-type", "application/json")],
+                        body,
+                    )
+                        .into_response()
+                }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -270,7 +311,8 @@ async fn a_sync_stopped_by_a_stripe_error_resumes_after_its_last_page(pool: PgPo
             .fetch_one(&pool)
             .await
             .unwrap();
-    assert_eq!((cursor.as_deref(), pages), (Some("ch_p1b"), 1));
+    // One page of (no) payment intents, one of charges.
+    assert_eq!((cursor.as_deref(), pages), (Some("ch_p1b"), 2));
     assert!(error.unwrap().contains("500"));
 
     let err = sync::sync_period(&pool, &client, period, &options(2, 1), |_| {})
@@ -287,7 +329,7 @@ async fn a_sync_stopped_by_a_stripe_error_resumes_after_its_last_page(pool: PgPo
     let synced = sync::sync_period(&pool, &retrying, period, &options(2, 3), |_| {})
         .await
         .unwrap();
-    assert_eq!((synced.pages, synced.charges_seen), (2, 3));
+    assert_eq!((synced.pages, synced.charges_seen), (3, 3));
     assert!(synced.error.is_none());
     let queries = seen.lock().unwrap().clone();
     assert!(!queries[0].contains("starting_after"), "{queries:?}");
@@ -569,4 +611,48 @@ async fn a_bulk_refund_refunds_every_previewed_duplicate_in_stripe(pool: PgPool)
     }
     let refunds = stripe.get("/v1/refunds?limit=100").await;
     assert_eq!(refunds["data"].as_array().unwrap().len(), 2);
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_charge_made_through_a_payment_intent_is_attributed_through_the_intent(pool: PgPool) {
+    let stripe = Localstripe::start().await;
+    let charge = stripe.intent("cust_pi", 2_500).await;
+    let bare = stripe.get(&format!("/v1/charges/{charge}")).await;
+    assert_eq!(
+        bare["metadata"],
+        json!({}),
+        "Stripe keeps the metadata on the intent"
+    );
+    let period = BillingPeriod::containing(Utc::now());
+    let client = sync::client(&stripe.base, KEY, &options(100, 1)).unwrap();
+    let synced = sync::sync_period(&pool, &client, period, &options(100, 1), |_| {})
+        .await
+        .unwrap();
+    assert_eq!((synced.intents_seen, synced.charges_seen), (1, 1));
+
+    let stored: (Option<String>, Option<String>, Option<String>) = sqlx::query_as(
+        "SELECT c.customer_id, c.billing_period, i.latest_charge
+         FROM stripe_charges c JOIN stripe_payment_intents i ON i.id = c.payment_intent WHERE c.id = $1",
+    )
+    .bind(&charge)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        stored,
+        (
+            Some("cust_pi".into()),
+            Some(period.to_string()),
+            Some(charge.clone())
+        )
+    );
+    // No billing record: the intent's charge is an orphan of its customer.
+    reconcile::detect(&pool, period).await.unwrap();
+    let orphan: Vec<String> = sqlx::query_scalar(
+        "SELECT customer_id FROM reconciliation_findings WHERE kind = 'orphaned'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(orphan, ["cust_pi"]);
 }

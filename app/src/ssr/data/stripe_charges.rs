@@ -20,6 +20,21 @@ pub struct SyncedCharge {
     pub created_at: DateTime<Utc>,
 }
 
+/// A payment intent as Stripe listed it: what attributes the charge it
+/// made to a customer and period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncedIntent {
+    pub id: String,
+    pub status: String,
+    pub amount_cents: i64,
+    pub currency: String,
+    pub stripe_customer: Option<String>,
+    pub latest_charge: Option<String>,
+    pub customer_id: Option<String>,
+    pub billing_period: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
 /// A sync's progress.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SyncRow {
@@ -33,10 +48,14 @@ pub struct SyncRow {
     pub pages: i32,
     pub charges_seen: i32,
     pub error: Option<String>,
+    /// The payment intents go first, from their own cursor.
+    pub intents_cursor: Option<String>,
+    pub intents_seen: i32,
+    pub intents_done: bool,
 }
 
 const SYNC_COLUMNS: &str = "id, billing_period, created_from, created_to, started_at, finished_at,
-    cursor, pages, charges_seen, error";
+    cursor, pages, charges_seen, error, intents_cursor, intents_seen, intents_done";
 
 /// The period's unfinished sync (to resume), or a new one for the range.
 pub async fn start_or_resume(
@@ -71,14 +90,21 @@ pub async fn start_or_resume(
 }
 
 /// Stores charges as Stripe reported them: new ones inserted, known ones
-/// refreshed.
+/// refreshed. A charge without the billing job's metadata takes its
+/// payment intent's (Stripe keeps it there).
 pub async fn upsert(db: &mut PgConnection, charges: &[SyncedCharge]) -> Result<(), sqlx::Error> {
     let column = |f: fn(&SyncedCharge) -> Option<String>| charges.iter().map(f).collect::<Vec<_>>();
     sqlx::query(
         "INSERT INTO stripe_charges (id, payment_intent, stripe_customer, amount_cents, amount_refunded_cents,
              currency, status, customer_id, billing_period, created_at, synced_at)
-         SELECT *, now() FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[],
-                                     $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[])
+         SELECT c.id, c.payment_intent, c.stripe_customer, c.amount, c.refunded, c.currency, c.status,
+                COALESCE(c.customer_id, pi.customer_id), COALESCE(c.billing_period, pi.billing_period),
+                c.created_at, now()
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[],
+                     $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[])
+              AS c(id, payment_intent, stripe_customer, amount, refunded, currency, status, customer_id,
+                   billing_period, created_at)
+         LEFT JOIN stripe_payment_intents pi ON pi.id = c.payment_intent
          ON CONFLICT (id) DO UPDATE SET
              payment_intent = EXCLUDED.payment_intent, stripe_customer = EXCLUDED.stripe_customer,
              amount_cents = EXCLUDED.amount_cents, amount_refunded_cents = EXCLUDED.amount_refunded_cents,
@@ -118,6 +144,49 @@ pub async fn store_page(
     .bind(sync)
     .bind(charges.len() as i32)
     .bind(charges.last().map(|c| c.id.clone()))
+    .bind(finished)
+    .fetch_one(tx)
+    .await
+}
+
+/// Stores one page of payment intents and moves the sync's intent cursor
+/// past it, in one transaction (like [`store_page`]).
+pub async fn store_intent_page(
+    tx: &mut PgConnection,
+    sync: i64,
+    intents: &[SyncedIntent],
+    finished: bool,
+) -> Result<SyncRow, sqlx::Error> {
+    let column = |f: fn(&SyncedIntent) -> Option<String>| intents.iter().map(f).collect::<Vec<_>>();
+    sqlx::query(
+        "INSERT INTO stripe_payment_intents (id, status, amount_cents, currency, stripe_customer, latest_charge,
+             customer_id, billing_period, created_at, synced_at)
+         SELECT *, now() FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                                     $7::text[], $8::text[], $9::timestamptz[])
+         ON CONFLICT (id) DO UPDATE SET
+             status = EXCLUDED.status, amount_cents = EXCLUDED.amount_cents, currency = EXCLUDED.currency,
+             stripe_customer = EXCLUDED.stripe_customer, latest_charge = EXCLUDED.latest_charge,
+             customer_id = EXCLUDED.customer_id, billing_period = EXCLUDED.billing_period, synced_at = now()",
+    )
+    .bind(column(|i| Some(i.id.clone())))
+    .bind(column(|i| Some(i.status.clone())))
+    .bind(intents.iter().map(|i| i.amount_cents).collect::<Vec<_>>())
+    .bind(column(|i| Some(i.currency.clone())))
+    .bind(column(|i| i.stripe_customer.clone()))
+    .bind(column(|i| i.latest_charge.clone()))
+    .bind(column(|i| i.customer_id.clone()))
+    .bind(column(|i| i.billing_period.clone()))
+    .bind(intents.iter().map(|i| i.created_at).collect::<Vec<_>>())
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query_as(&format!(
+        "UPDATE stripe_syncs SET pages = pages + 1, intents_seen = intents_seen + $2,
+             intents_cursor = COALESCE($3, intents_cursor), intents_done = $4, error = NULL
+         WHERE id = $1 RETURNING {SYNC_COLUMNS}"
+    ))
+    .bind(sync)
+    .bind(intents.len() as i32)
+    .bind(intents.last().map(|i| i.id.clone()))
     .bind(finished)
     .fetch_one(tx)
     .await
