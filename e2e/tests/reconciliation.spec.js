@@ -64,9 +64,9 @@ test('operators resolve an orphaned, a duplicate and a missing charge found by a
   await page.getByRole('button', { name: 'Preview' }).click();
   await expect(page.getByTestId('bulk-count')).toHaveText('2');
   await expect(page.getByTestId('bulk-total')).toHaveText('98.00 USD');
-  await page.getByLabel('Yes, adopt 2 charge finding(s)').check();
+  await page.getByLabel('Yes, adopt 2 orphaned charges').check();
   await page.getByRole('button', { name: 'Adopt the orphaned charges' }).click();
-  await expect(page.getByRole('status')).toContainText('Adopted 2 of 2 finding(s): 98.00 USD.');
+  await expect(page.getByRole('status')).toContainText('Adopted 2 of 2 findings: 98.00 USD.');
   expect(sql(`SELECT string_agg(charge_id, ' ' ORDER BY customer_id) FROM billing_records
               WHERE customer_id IN ('${prefix}_0001', '${prefix}_t_0000')`)).toContain(lostCharge);
 

@@ -389,6 +389,11 @@ pub struct BulkPreview {
     pub totals: Vec<(Currency, Cents)>,
 }
 
+/// `1 finding`, `3 findings`.
+pub fn counted(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// The findings' money at risk per currency, in the order first seen.
 pub fn at_risk_by_currency(findings: &[Finding]) -> Vec<(Currency, Cents)> {
     let mut totals: Vec<(Currency, Cents)> = Vec::new();

@@ -31,9 +31,9 @@ pub use duplicate_policy::DuplicatePolicy;
 pub use email::Email;
 pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
 pub use finding::{
-    at_risk_by_currency, money_text, BulkAction, BulkPreview, EvidenceCall, EvidenceCharge,
-    EvidenceRecord, Finding, FindingEvidence, FindingFilter, FindingKind, FindingTotal,
-    ReconciliationView, SyncSummary, MAX_BULK,
+    at_risk_by_currency, counted, money_text, BulkAction, BulkPreview, EvidenceCall,
+    EvidenceCharge, EvidenceRecord, Finding, FindingEvidence, FindingFilter, FindingKind,
+    FindingTotal, ReconciliationView, SyncSummary, MAX_BULK,
 };
 pub use key_draft::{FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
 pub use key_list::{

@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::{Amount, ErrorPanel, RequireRole},
-    domain::{BulkAction, BulkPreview, MAX_BULK},
+    domain::{counted, BulkAction, BulkPreview, MAX_BULK},
     server_fns::preview_bulk,
 };
 
@@ -57,9 +57,18 @@ fn Preview(preview: BulkPreview) -> impl IntoView {
     let count = preview.findings.len();
     let total = preview.total_text();
     let what = match preview.action {
-        BulkAction::Adopt => format!("Adopt {count} orphaned charge finding(s) in {period}{scope}"),
-        BulkAction::Refund => format!("Refund {count} duplicate finding(s) in {period}{scope}"),
-        BulkAction::Dismiss => format!("Dismiss {count} finding(s) in {period}{scope}"),
+        BulkAction::Adopt => format!(
+            "Adopt {} in {period}{scope}",
+            counted(count, "orphaned charge", "orphaned charges")
+        ),
+        BulkAction::Refund => format!(
+            "Refund {} in {period}{scope}",
+            counted(count, "duplicate finding", "duplicate findings")
+        ),
+        BulkAction::Dismiss => format!(
+            "Dismiss {} in {period}{scope}",
+            counted(count, "finding", "findings")
+        ),
     };
     let effect = match preview.action {
         BulkAction::Adopt => format!(
@@ -73,9 +82,15 @@ fn Preview(preview: BulkPreview) -> impl IntoView {
         ),
     };
     let confirm = match preview.action {
-        BulkAction::Refund => format!("Yes, refund {total} to {count} customer(s)"),
-        BulkAction::Adopt => format!("Yes, adopt {count} charge finding(s)"),
-        BulkAction::Dismiss => format!("Yes, dismiss {count} finding(s)"),
+        BulkAction::Refund => format!(
+            "Yes, refund {total} to {}",
+            counted(count, "customer", "customers")
+        ),
+        BulkAction::Adopt => format!(
+            "Yes, adopt {}",
+            counted(count, "orphaned charge", "orphaned charges")
+        ),
+        BulkAction::Dismiss => format!("Yes, dismiss {}", counted(count, "finding", "findings")),
     };
     let danger = preview.action == BulkAction::Refund;
     view! {
@@ -98,7 +113,7 @@ fn Preview(preview: BulkPreview) -> impl IntoView {
                     </dl>
                     <p>{effect}</p>
                     {(preview.left_over > 0).then(|| view! {
-                        <p class="hint">{format!("{} more open finding(s) match; at most {MAX_BULK} are resolved at once. Run it again for the rest.", preview.left_over)}</p>
+                        <p class="hint">{format!("{} more match; at most {MAX_BULK} are resolved at once. Run it again for the rest.", counted(preview.left_over as usize, "open finding", "open findings"))}</p>
                     })}
                     <form method="post" action="/reconciliation/bulk" class="stacked">
                         <input type="hidden" name="action" value=preview.action.as_str()/>

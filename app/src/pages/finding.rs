@@ -168,19 +168,13 @@ fn ChargeComparison(charges: Vec<EvidenceCharge>) -> impl IntoView {
                 .into_any()
         }),
         ("Stripe customer", |c| {
-            c.stripe_customer.clone().unwrap_or_default().into_any()
+            or_dash(&c.stripe_customer).into_any()
         }),
         ("metadata[customer_id]", |c| {
-            c.metadata_customer_id
-                .clone()
-                .unwrap_or_default()
-                .into_any()
+            or_dash(&c.metadata_customer_id).into_any()
         }),
         ("metadata[billing_period]", |c| {
-            c.metadata_billing_period
-                .clone()
-                .unwrap_or_default()
-                .into_any()
+            or_dash(&c.metadata_billing_period).into_any()
         }),
         ("Payment intent", |c| match c.payment_intent.clone() {
             Some(intent) => view! { <code>{intent}</code> }.into_any(),
@@ -191,11 +185,7 @@ fn ChargeComparison(charges: Vec<EvidenceCharge>) -> impl IntoView {
                 .into_any()
         }),
         ("Vault key", |c| {
-            c.key_prefix
-                .clone()
-                .map(|p| format!("{p}…"))
-                .unwrap_or_default()
-                .into_any()
+            or_dash(&c.key_prefix.as_ref().map(|p| format!("{p}…"))).into_any()
         }),
     ];
     view! {
@@ -232,6 +222,11 @@ fn ChargeComparison(charges: Vec<EvidenceCharge>) -> impl IntoView {
         </div>
     }
     .into_any()
+}
+
+/// The value, or a dash where there is none.
+fn or_dash(value: &Option<String>) -> String {
+    value.clone().unwrap_or_else(|| "—".into())
 }
 
 #[component]

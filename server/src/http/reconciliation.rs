@@ -15,8 +15,8 @@ use super::{
 };
 use app::{
     domain::{
-        at_risk_by_currency, money_text, BillingPeriod, BulkAction, Finding, FindingFilter, Me,
-        Notice, Role, MAX_BULK,
+        at_risk_by_currency, counted, money_text, BillingPeriod, BulkAction, Finding,
+        FindingFilter, Me, Notice, Role, MAX_BULK,
     },
     error::AppError,
     ssr::{
@@ -324,11 +324,6 @@ async fn bulk_resolve(
             "say why the findings are dismissed (auditors read it): nothing was done".into(),
         ));
     }
-    let client = match action {
-        BulkAction::Refund => Some(Stripe(client).or_refuse("refund")?),
-        _ => None,
-    };
-
     let mut done: Vec<Finding> = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
     for &id in &ids {
@@ -336,8 +331,10 @@ async fn bulk_resolve(
             BulkAction::Adopt => reconciliation::adopt(&state.pool, actor, id).await,
             BulkAction::Dismiss => reconciliation::dismiss(&state.pool, actor, id, reason).await,
             BulkAction::Refund => {
-                let client = client.as_deref().expect("a refund has its client");
-                reconcile::refund::refund_duplicate(&state.pool, client, actor, id)
+                // Without a Stripe key the first refund stops the run,
+                // before anything is done.
+                let client = Stripe(client.clone()).or_refuse("refund")?;
+                reconcile::refund::refund_duplicate(&state.pool, &client, actor, id)
                     .await
                     .map(|(finding, _)| finding)
             }
@@ -363,10 +360,10 @@ async fn bulk_resolve(
     .await?;
     let total = money_text(&at_risk_by_currency(&done));
     let mut message = format!(
-        "{} {} of {} finding(s): {total}.",
+        "{} {} of {}: {total}.",
         action.done(),
         done.len(),
-        ids.len()
+        counted(ids.len(), "finding", "findings")
     );
     if !skipped.is_empty() {
         message.push_str(&format!(" Not done: {}.", skipped.join("; ")));

@@ -769,12 +769,12 @@ async fn a_bulk_action_previews_count_and_money_then_resolves_exactly_those_once
 
     let done = bulk(form("&confirm=yes"), &ops).await;
     let notice = app.notice(done.location(), &ops).await;
-    assert_eq!(notice, "Adopted 3 of 3 finding(s): 37.50 USD.");
+    assert_eq!(notice, "Adopted 3 of 3 findings: 37.50 USD.");
     assert_eq!(adopted_rows().await, 4);
     let again = bulk(form("&confirm=yes"), &ops).await;
     let notice = app.notice(again.location(), &ops).await;
     assert!(
-        notice.starts_with("Adopted 0 of 3 finding(s): nothing."),
+        notice.starts_with("Adopted 0 of 3 findings: nothing."),
         "{notice}"
     );
     assert!(
@@ -803,7 +803,7 @@ async fn a_bulk_action_previews_count_and_money_then_resolves_exactly_those_once
     let dismissed = bulk(dismiss("Both orders were real"), &ops).await;
     assert_eq!(
         app.notice(dismissed.location(), &ops).await,
-        "Dismissed 1 of 1 finding(s): 50.00 USD."
+        "Dismissed 1 of 1 finding: 50.00 USD."
     );
     let logged: Vec<serde_json::Value> = sqlx::query_scalar(
         "SELECT details FROM operator_actions WHERE action = 'finding.bulk' ORDER BY id",

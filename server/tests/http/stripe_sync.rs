@@ -74,29 +74,39 @@ impl Localstripe {
         serde_json::from_str(&text).unwrap()
     }
 
-    /// A payment intent confirmed at once, the billing job's metadata on
-    /// the intent (Stripe does not copy it to the charge); its charge's id.
-    async fn intent(&self, customer: &str, amount: i64) -> String {
+    /// A billing job's call for `customer` in this period (its metadata
+    /// added to `fields`), as JSON.
+    async fn bill(&self, path: &str, customer: &str, fields: &[(&str, &str)]) -> Value {
         let period = BillingPeriod::containing(Utc::now()).to_string();
-        let amount = amount.to_string();
-        let created = reqwest::Client::new()
-            .post(format!("{}/v1/payment_intents", self.base))
+        let mut form = fields.to_vec();
+        form.extend([
+            ("currency", "usd"),
+            ("metadata[customer_id]", customer),
+            ("metadata[billing_period]", period.as_str()),
+        ]);
+        let text = reqwest::Client::new()
+            .post(format!("{}{path}", self.base))
             .basic_auth(KEY, Some(""))
-            .form(&[
-                ("amount", amount.as_str()),
-                ("currency", "usd"),
-                ("payment_method", "pm_card_visa"),
-                ("confirm", "true"),
-                ("metadata[customer_id]", customer),
-                ("metadata[billing_period]", period.as_str()),
-            ])
+            .form(&form)
             .send()
             .await
             .unwrap()
             .text()
             .await
             .unwrap();
-        let created: Value = serde_json::from_str(&created).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// A payment intent confirmed at once, the billing job's metadata on
+    /// the intent (Stripe does not copy it to the charge); its charge's id.
+    async fn intent(&self, customer: &str, amount: i64) -> String {
+        let amount = amount.to_string();
+        let fields = [
+            ("amount", amount.as_str()),
+            ("payment_method", "pm_card_visa"),
+            ("confirm", "true"),
+        ];
+        let created = self.bill("/v1/payment_intents", customer, &fields).await;
         created["latest_charge"]["id"]
             .as_str()
             .unwrap_or_else(|| panic!("a confirmed intent has a charge: {created}"))
@@ -105,25 +115,9 @@ impl Localstripe {
 
     /// A charge as a billing job makes it; its id.
     async fn charge(&self, customer: &str, amount: i64) -> String {
-        let period = BillingPeriod::containing(Utc::now()).to_string();
         let amount = amount.to_string();
-        let created = reqwest::Client::new()
-            .post(format!("{}/v1/charges", self.base))
-            .basic_auth(KEY, Some(""))
-            .form(&[
-                ("amount", amount.as_str()),
-                ("currency", "usd"),
-                ("source", "pm_card_visa"),
-                ("metadata[customer_id]", customer),
-                ("metadata[billing_period]", period.as_str()),
-            ])
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let created: Value = serde_json::from_str(&created).unwrap();
+        let fields = [("amount", amount.as_str()), ("source", "pm_card_visa")];
+        let created = self.bill("/v1/charges", customer, &fields).await;
         created["id"].as_str().expect("a charge id").to_owned()
     }
 }
@@ -585,7 +579,7 @@ async fn a_bulk_refund_refunds_every_previewed_duplicate_in_stripe(pool: PgPool)
         preview.contains(r#"data-testid="bulk-total">60.00 USD<"#),
         "{preview}"
     );
-    assert!(preview.contains("Yes, refund 60.00 USD to 2 customer(s)"));
+    assert!(preview.contains("Yes, refund 60.00 USD to 2 customers"));
     let ids = preview
         .split(r#"name="ids" value=""#)
         .nth(1)
@@ -604,7 +598,7 @@ async fn a_bulk_refund_refunds_every_previewed_duplicate_in_stripe(pool: PgPool)
         )
         .await;
     let notice = app.notice(done.location(), &ops).await;
-    assert_eq!(notice, "Refunded 2 of 2 finding(s): 60.00 USD.");
+    assert_eq!(notice, "Refunded 2 of 2 findings: 60.00 USD.");
     for extra in &extras {
         let charge = stripe.get(&format!("/v1/charges/{extra}")).await;
         assert_eq!(charge["refunded"], true, "{charge}");
