@@ -175,7 +175,8 @@ impl Run {
     }
 }
 
-/// `total` charges of 100 cents, `concurrency` at a time, keys in turn.
+/// `total` charges of 100 cents, each for another customer, `concurrency`
+/// at a time, keys in turn.
 async fn fire(
     client: &reqwest::Client,
     base: &str,
@@ -205,7 +206,11 @@ async fn fire(
                     .post(&url)
                     .bearer_auth(&keys[n % keys.len()])
                     .header("content-type", "application/x-www-form-urlencoded")
-                    .body("amount=100&currency=usd&customer=cus_bench")
+                    // One charge per customer, as a billing run makes them:
+                    // the duplicate guard looks each customer up.
+                    .body(format!(
+                        "amount=100&currency=usd&customer=cus_bench&metadata%5Bcustomer_id%5D=cust_{n}"
+                    ))
                     .send()
                     .await?;
                 if !response.status().is_success() {
