@@ -82,12 +82,12 @@ impl FindingForm {
 
 /// The operator behind a form and the form, or the response refusing them
 /// (not an operator; a form that cannot be read).
-async fn operator_form(
+async fn operator_form<F>(
     me: Option<Extension<Me>>,
     ip: Option<std::net::IpAddr>,
     session: &Session,
-    form: Result<Form<FindingForm>, FormRejection>,
-) -> Result<(Actor, FindingForm), Response> {
+    form: Result<Form<F>, FormRejection>,
+) -> Result<(Actor, F), Response> {
     let me = require(me, Role::Operator).map_err(IntoResponse::into_response)?;
     match readable(form) {
         Ok(form) => Ok((Actor::Operator { id: me.id, ip }, form)),
@@ -260,13 +260,9 @@ pub async fn bulk(
     session: Session,
     form: Result<Form<BulkForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
-    let form = match readable(form) {
-        Ok(form) => form,
-        Err(failure) => return PAGE.back_with(&session, Err(failure)).await,
+    let (actor, form) = match operator_form(me, ip, &session, form).await {
+        Ok(pair) => pair,
+        Err(refused) => return refused,
     };
     // Back to the filtered list the preview came from.
     let back = FindingFilter::parse(
@@ -278,7 +274,6 @@ pub async fn bulk(
     )
     .map(|filter| format!("/reconciliation?{}", filter.query()))
     .unwrap_or_else(|_| "/reconciliation".into());
-    let actor = Actor::Operator { id: me.id, ip };
     let outcome = bulk_resolve(&state, client, actor, &form)
         .await
         .map_err(Failure::from);
