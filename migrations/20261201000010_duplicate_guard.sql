@@ -9,9 +9,6 @@
 -- The check runs in reserve_spend while the key's row is locked, so two
 -- calls on one key are checked one after the other.
 
--- The charge (or payment intent) Stripe returned for a settled call, and,
--- for a call the guard flagged, the earlier charge it repeats.
-ALTER TABLE reservations ADD COLUMN duplicate_of text;
 CREATE INDEX reservations_customer_period_idx ON reservations (billing_period, metadata_customer_id)
     WHERE metadata_customer_id IS NOT NULL AND state IN ('pending', 'settled', 'outcome_unknown');
 
@@ -83,9 +80,8 @@ BEGIN
             END IF;
             -- Flagged only against a charge Stripe confirmed: one still in
             -- flight may fail, and reconciliation sees it if it does not.
-            IF earlier_st = 'settled' AND earlier_id IS NOT NULL THEN
-                UPDATE reservations SET duplicate_of = earlier_id WHERE id = new_id;
-            ELSE
+            -- The proxy carries the flag to record_calls with the call.
+            IF earlier_st IS DISTINCT FROM 'settled' OR earlier_id IS NULL THEN
                 earlier_id := NULL;
                 earlier_st := NULL;
             END IF;
@@ -144,54 +140,79 @@ BEGIN
 END
 $$;
 
--- As before, and a settled call keeps the id of what Stripe made (a charge
--- found once is never matched to an unknown outcome again); a settled call
--- the guard flagged opens (or extends) its duplicate finding in the same
+-- As before, and a settled call keeps the id of what Stripe made, set in
+-- the same UPDATE that settles it (a charge found once is never matched to
+-- an unknown outcome again).
+DROP FUNCTION settle_spend(bigint, text);
+CREATE FUNCTION settle_spend(p_reservation bigint, p_state text, p_charge text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    key_id bigint;
+    amount bigint;
+BEGIN
+    UPDATE reservations SET state = p_state, settled_at = now(),
+        stripe_charge_id = CASE
+            WHEN p_state = 'settled' AND p_charge IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM reservations o WHERE o.stripe_charge_id = p_charge)
+            THEN p_charge END
+    WHERE id = p_reservation AND state = 'pending'
+    RETURNING vault_key_id, amount_cents INTO key_id, amount;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_state = 'settled' THEN
+        UPDATE vault_keys SET reserved_cents = reserved_cents - amount, spent_cents = spent_cents + amount
+        WHERE id = key_id;
+    ELSIF p_state = 'released' THEN
+        UPDATE vault_keys SET reserved_cents = reserved_cents - amount WHERE id = key_id;
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- As before; a call the guard flagged (`duplicate_of`, the earlier charge)
+-- that Stripe confirmed opens (or extends) its duplicate finding in the same
 -- commit as its audit row.
 CREATE OR REPLACE FUNCTION record_calls(p_calls jsonb)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     c record;
-    r record;
 BEGIN
     FOR c IN
-        SELECT x.reservation_id, x.settlement, x.stripe_object_id
+        SELECT x.*
         FROM jsonb_to_recordset(p_calls)
-             AS x(vault_key_id bigint, reservation_id bigint, settlement text, stripe_object_id text)
+             AS x(vault_key_id bigint, reservation_id bigint, settlement text, stripe_object_id text,
+                  duplicate_of text, billing_period text, metadata_customer_id text, currency text,
+                  amount_cents bigint, idempotency_key text)
         WHERE x.reservation_id IS NOT NULL
         ORDER BY x.vault_key_id, x.reservation_id
     LOOP
-        PERFORM settle_spend(c.reservation_id, c.settlement);
-        IF c.settlement <> 'settled' OR c.stripe_object_id IS NULL THEN
+        PERFORM settle_spend(c.reservation_id, c.settlement, c.stripe_object_id);
+        IF c.settlement <> 'settled' OR c.stripe_object_id IS NULL OR c.duplicate_of IS NULL THEN
             CONTINUE;
         END IF;
-        UPDATE reservations SET stripe_charge_id = c.stripe_object_id
-        WHERE id = c.reservation_id AND stripe_charge_id IS NULL
-          AND NOT EXISTS (SELECT 1 FROM reservations o WHERE o.stripe_charge_id = c.stripe_object_id)
-        RETURNING * INTO r;
-        IF FOUND AND r.duplicate_of IS NOT NULL THEN
-            INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency, charge_ids,
-                keeper_charge_id, amount_at_risk_cents, explanation)
-            VALUES ('duplicate', r.billing_period, r.metadata_customer_id, r.currency,
-                    ARRAY[r.duplicate_of, r.stripe_charge_id], r.duplicate_of, r.amount_cents,
-                    format('The proxy flagged %s: a second charge for %s in %s under another idempotency key (%s) after %s',
-                           r.stripe_charge_id, r.metadata_customer_id, r.billing_period,
-                           COALESCE(r.idempotency_key, 'none'), r.duplicate_of))
-            ON CONFLICT ON CONSTRAINT reconciliation_findings_once DO UPDATE SET
-                -- Open: one more charge on it. Resolved: news, a new finding.
-                charge_ids = CASE WHEN f.resolved_at IS NULL THEN f.charge_ids || r.stripe_charge_id
-                                  ELSE EXCLUDED.charge_ids END,
-                keeper_charge_id = CASE WHEN f.resolved_at IS NULL THEN f.keeper_charge_id
-                                        ELSE EXCLUDED.keeper_charge_id END,
-                amount_at_risk_cents = CASE WHEN f.resolved_at IS NULL
-                                            THEN f.amount_at_risk_cents + EXCLUDED.amount_at_risk_cents
-                                            ELSE EXCLUDED.amount_at_risk_cents END,
-                explanation = EXCLUDED.explanation,
-                last_detected_at = now(),
-                resolution = NULL, resolved_at = NULL, resolved_by = NULL, resolution_note = NULL
-            WHERE NOT (r.stripe_charge_id = ANY (f.charge_ids));
-        END IF;
+        INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency, charge_ids,
+            keeper_charge_id, amount_at_risk_cents, explanation)
+        VALUES ('duplicate', c.billing_period, c.metadata_customer_id, c.currency,
+                ARRAY[c.duplicate_of, c.stripe_object_id], c.duplicate_of, c.amount_cents,
+                format('The proxy flagged %s: a second charge for %s in %s under another idempotency key (%s) after %s',
+                       c.stripe_object_id, c.metadata_customer_id, c.billing_period,
+                       COALESCE(c.idempotency_key, 'none'), c.duplicate_of))
+        ON CONFLICT ON CONSTRAINT reconciliation_findings_once DO UPDATE SET
+            -- Open: one more charge on it. Resolved: news, a new finding.
+            charge_ids = CASE WHEN f.resolved_at IS NULL THEN f.charge_ids || c.stripe_object_id
+                              ELSE EXCLUDED.charge_ids END,
+            keeper_charge_id = CASE WHEN f.resolved_at IS NULL THEN f.keeper_charge_id
+                                    ELSE EXCLUDED.keeper_charge_id END,
+            amount_at_risk_cents = CASE WHEN f.resolved_at IS NULL
+                                        THEN f.amount_at_risk_cents + EXCLUDED.amount_at_risk_cents
+                                        ELSE EXCLUDED.amount_at_risk_cents END,
+            explanation = EXCLUDED.explanation,
+            last_detected_at = now(),
+            resolution = NULL, resolved_at = NULL, resolved_by = NULL, resolution_note = NULL
+        WHERE NOT (c.stripe_object_id = ANY (f.charge_ids));
     END LOOP;
 
     INSERT INTO audit_log (request_id, vault_key_id, key_prefix, method, path, stripe_customer,

@@ -110,6 +110,7 @@ impl Call {
             entry,
             reservation_id: None,
             settlement: None,
+            duplicate_of: None,
         };
         if let Err(err) = ledger.record(record).await {
             // Refusing is always safe; the log says the row is missing.
@@ -237,6 +238,7 @@ async fn decide_and_forward(
 
     // 4. Money: checked, then reserved against the cap before anything leaves.
     let mut reservation = None;
+    let mut duplicate_of = None;
     let mut decision = Decision::Allowed;
     if moves_money(method.as_str(), path) {
         match call.entry.currency.clone().as_deref() {
@@ -271,10 +273,11 @@ async fn decide_and_forward(
         match ledger.reserve(reserve).await {
             Ok(Reserved::New {
                 reservation_id,
-                duplicate_of,
+                duplicate_of: flagged,
             }) => {
                 reservation = Some(reservation_id);
-                if let Some(earlier) = duplicate_of {
+                duplicate_of = flagged;
+                if let Some(earlier) = &duplicate_of {
                     call.entry.message = Some(format!(
                         "flagged as a duplicate of {earlier}: a second charge for this customer and period \
                          under another Idempotency-Key (forwarded; a duplicate finding opens when Stripe confirms it)"
@@ -372,6 +375,7 @@ async fn decide_and_forward(
         entry,
         reservation_id: reservation,
         settlement: reservation.map(|_| settlement),
+        duplicate_of,
     };
     if let Err(err) = ledger.record(record).await {
         crate::metrics::ledger_failed("settle");

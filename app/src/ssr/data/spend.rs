@@ -125,6 +125,9 @@ pub struct CallRecord {
     pub entry: AuditEntry,
     pub reservation_id: Option<i64>,
     pub settlement: Option<Settlement>,
+    /// The earlier charge, when the duplicate guard flagged the call: once
+    /// Stripe confirms it, its duplicate finding opens with its audit row.
+    pub duplicate_of: Option<String>,
 }
 
 /// Settles the calls' reservations and appends their audit rows, for many
