@@ -17,7 +17,10 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// An open database, and the private cluster behind it if there is one.
 pub struct Database {
+    /// The console's, the key API's and the background jobs' connections.
     pub pool: PgPool,
+    /// The proxy's own: the spend ledger's writers and key lookups.
+    pub ledger_pool: PgPool,
     embedded: Option<EmbeddedPostgres>,
 }
 
@@ -38,18 +41,27 @@ impl Database {
         let pool = PgPoolOptions::new()
             .max_connections(args.db_max_connections)
             .acquire_timeout(std::time::Duration::from_secs(5))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .context("connecting to PostgreSQL")?;
+        let ledger_pool = PgPoolOptions::new()
+            .max_connections(args.db_ledger_connections.max(2))
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect_lazy_with(options);
         MIGRATOR
             .run(&pool)
             .await
             .context("running database migrations")?;
-        Ok(Self { pool, embedded })
+        Ok(Self {
+            pool,
+            ledger_pool,
+            embedded,
+        })
     }
 
     /// Closes the pool and stops the private cluster if this process started it.
     pub async fn close(self) -> anyhow::Result<()> {
+        self.ledger_pool.close().await;
         self.pool.close().await;
         if let Some(pg) = self.embedded {
             pg.stop().await?;

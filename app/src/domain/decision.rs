@@ -84,10 +84,10 @@ impl Decision {
             Decision::RefusedEndpoint => "Refused: endpoint not allowed",
             Decision::RefusedCurrency => "Refused: wrong currency",
             Decision::RefusedAmount => "Refused: amount missing or invalid",
-            Decision::RefusedInvalidRequest => "Refused: unreadable request",
+            Decision::RefusedInvalidRequest => "Refused: invalid request",
             Decision::RefusedCap => "Refused: over the cap",
             Decision::RefusedDuplicate => "Refused: duplicate charge",
-            Decision::RefusedUnavailable => "Refused: database unavailable",
+            Decision::RefusedUnavailable => "Refused: unavailable or overloaded",
         }
     }
 }

@@ -15,13 +15,15 @@ pub struct EndpointPattern {
 
 /// The endpoints Vaultcap knows how to meter. Anything else is refused when
 /// a key is created, so a typo cannot silently allow nothing (or too much).
-pub const KNOWN_ENDPOINTS: [&str; 10] = [
+pub const KNOWN_ENDPOINTS: [&str; 12] = [
     "POST /v1/charges",
     "GET /v1/charges/{id}",
     "POST /v1/payment_intents",
     "GET /v1/payment_intents/{id}",
+    "POST /v1/payment_intents/{id}",
     "POST /v1/payment_intents/{id}/confirm",
     "POST /v1/payment_intents/{id}/capture",
+    "POST /v1/payment_intents/{id}/cancel",
     "POST /v1/refunds",
     "POST /v1/customers",
     "GET /v1/customers/{id}",

@@ -69,14 +69,14 @@ pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
                 "charges_seen": synced.charges_seen, "intents_seen": synced.intents_seen,
                 "orphaned": found.orphaned,
                 "duplicate": found.duplicate, "missing": found.missing, "cleared": found.cleared,
-                "unknown_settled": unknown.settled, "unknown_released": unknown.released }),
+                "unknown_settled": unknown.settled, "unknown_left": unknown.still_unknown }),
         )
         .await?;
         println!(
             "Synced {} charges and {} payment intents in {} pages. Findings: {} orphaned, {} duplicate, \
-             {} missing; {} cleared. Calls of unknown outcome: {} settled, {} released.",
+             {} missing; {} cleared. Calls of unknown outcome: {} settled by Stripe's charge, {} still unknown.",
             synced.charges_seen, synced.intents_seen, synced.pages, found.orphaned, found.duplicate, found.missing, found.cleared,
-            unknown.settled, unknown.released
+            unknown.settled, unknown.still_unknown
         );
         anyhow::Ok(())
     }

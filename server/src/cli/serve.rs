@@ -15,7 +15,7 @@ use crate::{
     config::ServeArgs,
     db::Database,
     http,
-    jobs::notifier::Notifier,
+    jobs::{notifier::Notifier, unknown_outcomes},
     proxy::upstream::{StripeSecret, Upstream},
 };
 
@@ -42,14 +42,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // recorded as outcome unknown once no live call can still own them: at
     // start, then every minute (with the expiry alerts).
     let timeout = std::time::Duration::from_secs(args.stripe.upstream_timeout_secs);
-    sweep_abandoned(&db.pool, timeout).await?;
+    sweep_abandoned(&db.pool).await?;
     let minutely = tokio::spawn({
         let pool = db.pool.clone();
         async move {
             let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
             loop {
                 every_minute.tick().await;
-                if let Err(err) = sweep_abandoned(&pool, timeout).await {
+                if let Err(err) = sweep_abandoned(&pool).await {
                     tracing::error!(error = %err, "sweeping abandoned reservations");
                 }
                 if let Err(err) = alerts::raise_expiring(&pool).await {
@@ -64,6 +64,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.stripe.stripe_secret_key.clone().map(StripeSecret::new),
         timeout,
     )?;
+    // Calls of unknown outcome: Stripe is asked about them each minute.
+    let asking = tokio::spawn({
+        let (pool, upstream) = (db.pool.clone(), upstream.clone());
+        async move {
+            let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
+            loop {
+                every_minute.tick().await;
+                match unknown_outcomes::resolve(&pool, &upstream).await {
+                    Ok(resolved) if resolved != Default::default() => {
+                        tracing::info!(?resolved, "asked Stripe about calls of unknown outcome")
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        tracing::error!(error = %err, "asking Stripe about unknown outcomes")
+                    }
+                }
+            }
+        }
+    });
     if !upstream.is_configured() {
         tracing::warn!("STRIPE_SECRET_KEY is not set: the proxy refuses every call until it is");
     }
@@ -98,7 +117,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     println!("Vaultcap console: http://{}", listener.local_addr()?);
     let served = axum::serve(
         listener,
-        http::router(state, upstream).into_make_service_with_connect_info::<SocketAddr>(),
+        http::router(state, upstream, db.ledger_pool.clone())
+            .into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown)
     .await
@@ -108,14 +128,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // they are gone.
     notifier.abort();
     minutely.abort();
-    let _ = tokio::join!(notifier, minutely);
+    asking.abort();
+    let _ = tokio::join!(notifier, minutely, asking);
     db.close().await?;
     served
 }
 
-/// Records reservations older than any call may take as outcome unknown.
-async fn sweep_abandoned(pool: &sqlx::PgPool, timeout: std::time::Duration) -> anyhow::Result<()> {
-    let swept = spend::sweep_abandoned(pool, 2 * timeout.as_secs() as i64 + 60).await?;
+/// Records reservations a minute past the time their process answered for
+/// them (its upstream timeout and a margin, stored with each) as outcome
+/// unknown.
+async fn sweep_abandoned(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    let swept = spend::sweep_abandoned(pool, 60).await?;
     if swept > 0 {
         tracing::warn!(
             swept,

@@ -18,9 +18,14 @@ use axum::{
 };
 use futures::TryStreamExt;
 use sqlx::{pool::PoolConnection, PgPool, Postgres};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
-use super::{auth::ClientIp, error::HttpError, forms::require};
+use super::{
+    auth::ClientIp,
+    busy::{Busy, HeavyWork},
+    error::HttpError,
+    forms::require,
+};
 use crate::api::{ApiError, ApiToken};
 use app::{
     domain::{AuditFilter, AuditQuery, Me, Role},
@@ -44,6 +49,7 @@ const CHUNKS_IN_FLIGHT: usize = 16;
 
 pub async fn console(
     State(state): State<AppState>,
+    Extension(heavy): Extension<HeavyWork>,
     me: Option<Extension<Me>>,
     ClientIp(ip): ClientIp,
     RawQuery(raw): RawQuery,
@@ -53,8 +59,15 @@ pub async fn console(
         Err(err) => return err.into_response(),
     };
     let query = read_query(raw.as_deref());
+    let slot = match heavy.export() {
+        Ok(slot) => slot,
+        Err(Busy(message)) => {
+            return HttpError::new(StatusCode::SERVICE_UNAVAILABLE, message).into_response()
+        }
+    };
     match query.parse() {
         Ok(filter) => export(
+            slot,
             &state.pool,
             query,
             filter,
@@ -68,6 +81,7 @@ pub async fn console(
 
 pub async fn api(
     State(state): State<AppState>,
+    Extension(heavy): Extension<HeavyWork>,
     token: ApiToken,
     RawQuery(raw): RawQuery,
 ) -> Response {
@@ -76,9 +90,21 @@ pub async fn api(
         Ok(filter) => filter,
         Err(err) => return ApiError::invalid(err.0).into_response(),
     };
-    export(&state.pool, query, filter, Actor::ApiToken { id: token.id })
-        .await
-        .unwrap_or_else(|err| ApiError::from(err).into_response())
+    let slot = match heavy.export() {
+        Ok(slot) => slot,
+        Err(Busy(message)) => {
+            return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).into_response()
+        }
+    };
+    export(
+        slot,
+        &state.pool,
+        query,
+        filter,
+        Actor::ApiToken { id: token.id },
+    )
+    .await
+    .unwrap_or_else(|err| ApiError::from(err).into_response())
 }
 
 /// The query string's filters (unknown parameters are ignored, as on the
@@ -107,7 +133,9 @@ fn read_query(raw: Option<&str>) -> AuditQuery {
     query
 }
 
+/// Streams the export; `slot` is held until it ends.
 async fn export(
+    slot: OwnedSemaphorePermit,
     pool: &PgPool,
     query: AuditQuery,
     filter: AuditFilter,
@@ -121,6 +149,7 @@ async fn export(
     let filename = filename(&query);
     let pool = pool.clone();
     tokio::spawn(async move {
+        let _slot = slot;
         let outcome = stream_rows(&mut conn, &filter, &chunks).await;
         let (rows, cancelled, last) = match outcome {
             Ok((rows, last)) => (rows, false, Some(last)),

@@ -4,6 +4,7 @@
 mod alerts;
 mod audit_export;
 mod auth;
+mod busy;
 mod cap_increases;
 mod error;
 mod findings_export;
@@ -21,12 +22,13 @@ use axum::{
     Router,
 };
 use leptos_axum::{generate_route_list, LeptosRoutes};
+use sqlx::PgPool;
 use time::Duration;
 use tower_http::{compression::CompressionLayer, services::ServeDir};
 use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
-use crate::proxy::{upstream::Upstream, KeyLookup, Ledger, ProxyState};
+use crate::proxy::{upstream::Upstream, KeyLookup, Ledger, ProxyState, RESERVE_QUEUE};
 use app::{
     app::{shell, App},
     ssr::AppState,
@@ -36,9 +38,11 @@ use app::{
 pub const MAX_FORM_BODY: usize = 64 * 1024;
 
 /// The whole application, apart from the socket, so tests can drive it
-/// with `oneshot`: the console, the key API and the spend-cap proxy.
-pub fn router(state: AppState, upstream: Upstream) -> Router {
+/// with `oneshot`: the console, the key API and the spend-cap proxy, whose
+/// ledger and key lookups use `ledger_pool` only.
+pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Router {
     let routes = generate_route_list(App);
+    let heavy = busy::HeavyWork::new();
     let leptos_options = state.leptos_options.clone();
 
     let sessions = SessionManagerLayer::new(PostgresStore::new(state.pool.clone()))
@@ -88,6 +92,7 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .route("/operators/{id}/role", post(operators::change_role))
         .route("/operators/{id}/disabled", post(operators::set_disabled))
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::Extension(heavy.clone()))
         .layer(axum::Extension(reconciliation::Stripe(
             upstream
                 .stripe_client(&crate::reconcile::sync::SyncOptions::default())
@@ -102,9 +107,9 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
         .layer(DefaultBodyLimit::max(MAX_FORM_BODY));
 
     let proxy = crate::proxy::router(ProxyState {
-        pool: state.pool.clone(),
+        ledger: Ledger::start(ledger_pool.clone(), RESERVE_QUEUE),
+        pool: ledger_pool,
         upstream,
-        ledger: Ledger::start(state.pool.clone()),
         keys: KeyLookup::new(),
     });
     let pkg_dir = std::path::Path::new(state.leptos_options.site_root.as_ref()).join("pkg");
@@ -115,6 +120,7 @@ pub fn router(state: AppState, upstream: Upstream) -> Router {
                 .merge(crate::api::alerts::router())
                 .merge(crate::api::cap_increases::router())
                 .route("/api/audit.csv", get(audit_export::api))
+                .layer(axum::Extension(heavy))
                 .layer(DefaultBodyLimit::max(MAX_FORM_BODY)),
         )
         .nest_service("/pkg", ServeDir::new(pkg_dir))

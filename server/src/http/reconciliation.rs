@@ -11,6 +11,7 @@ use tower_sessions::Session;
 
 use super::{
     auth::ClientIp,
+    busy::{Busy, HeavyWork},
     forms::{readable, require, Failure, Page},
 };
 use app::{
@@ -149,6 +150,7 @@ pub async fn dismiss(
 pub async fn sync(
     State(state): State<AppState>,
     Extension(Stripe(client)): Extension<Stripe>,
+    Extension(heavy): Extension<HeavyWork>,
     me: Option<Extension<Me>>,
     ClientIp(ip): ClientIp,
     session: Session,
@@ -161,6 +163,9 @@ pub async fn sync(
     let outcome = async {
         let period: BillingPeriod = form.period.parse()?;
         let client = Stripe(client).or_refuse("sync")?;
+        let slot = heavy
+            .sync()
+            .map_err(|Busy(message)| AppError::Invalid(message))?;
         actions::record(
             &state.pool,
             actor,
@@ -172,6 +177,7 @@ pub async fn sync(
         .await?;
         let pool = state.pool.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let options = sync::SyncOptions::default();
             match sync::sync_period(&pool, &client, period, &options, |_| {}).await {
                 Ok(_) => {

@@ -7,6 +7,12 @@
 //! calls are waiting whenever the database is free and writes them in one
 //! statement and one commit. Nothing waits for a batch to fill: a lone call
 //! is written at once, and under load the batches grow by themselves.
+//!
+//! One call must never cost another its write: a batch that fails (a row
+//! the database refuses, a deadlock with another process) is written again
+//! call by call, so only a call that fails on its own gets the error. The
+//! reservation queue is bounded: when it is full, new calls are turned away
+//! before anything is reserved ([`LedgerError::Overloaded`]).
 
 use std::{fmt, future::Future, sync::Arc};
 
@@ -18,13 +24,29 @@ use app::ssr::data::spend::{self, CallRecord, ReserveCall, Reserved};
 /// The most calls written in one statement.
 const MAX_BATCH: usize = 256;
 
+/// Calls that may wait for a reservation at once; beyond this the database
+/// is not keeping up and waiting longer helps nobody.
+pub const RESERVE_QUEUE: usize = 4096;
+
+/// Settlements and audit rows waiting for the writer before callers wait
+/// for room.
+const RECORD_QUEUE: usize = 4096;
+
 /// Why a ledger write did not happen.
 #[derive(Debug, Clone)]
-pub struct LedgerError(Arc<String>);
+pub enum LedgerError {
+    /// The reservation queue is full: nothing was written.
+    Overloaded,
+    /// The database refused or could not be reached.
+    Failed(Arc<String>),
+}
 
 impl fmt::Display for LedgerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            Self::Overloaded => f.write_str("the reservation queue is full"),
+            Self::Failed(reason) => f.write_str(reason),
+        }
     }
 }
 
@@ -35,16 +57,19 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Starts the two writers; they stop when the last clone is dropped.
-    pub fn start(pool: PgPool) -> Self {
-        let reserve = Batcher::start({
+    /// Starts the two writers on `pool`; at most `reserve_queue` calls wait
+    /// for a reservation. They stop when the last clone is dropped.
+    pub fn start(pool: PgPool, reserve_queue: usize) -> Self {
+        let reserve = Batcher::start(reserve_queue, true, {
             let pool = pool.clone();
             move |calls| {
                 let pool = pool.clone();
                 async move { spend::reserve_many(&pool, &calls).await }
             }
         });
-        let record = Batcher::start(move |calls: Vec<CallRecord>| {
+        // Settlements are never turned away (Stripe has answered them): a
+        // full queue makes them wait for room.
+        let record = Batcher::start(RECORD_QUEUE, false, move |calls: Vec<CallRecord>| {
             let pool = pool.clone();
             async move {
                 spend::record_many(&pool, &calls).await?;
@@ -68,54 +93,94 @@ impl Ledger {
 
 type Reply<R> = oneshot::Sender<Result<R, LedgerError>>;
 
-/// A queue in front of one writer task that runs `write` on everything
-/// queued, in arrival order.
+/// A bounded queue in front of one writer task that runs `write` on
+/// everything queued, in arrival order.
 struct Batcher<T, R> {
-    queue: mpsc::UnboundedSender<(T, Reply<R>)>,
+    queue: mpsc::Sender<(T, Reply<R>)>,
+    /// Full queue: turn the call away (true) or wait for room (false).
+    turn_away: bool,
 }
 
 impl<T, R> Clone for Batcher<T, R> {
     fn clone(&self) -> Self {
         Self {
             queue: self.queue.clone(),
+            turn_away: self.turn_away,
         }
     }
 }
 
-impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
-    fn start<W, F>(write: W) -> Self
+impl<T: Clone + Send + 'static, R: Send + 'static> Batcher<T, R> {
+    fn start<W, F>(limit: usize, turn_away: bool, write: W) -> Self
     where
         W: Fn(Vec<T>) -> F + Send + 'static,
-        F: Future<Output = Result<Vec<R>, sqlx::Error>> + Send,
+        F: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
     {
-        let (queue, mut waiting) = mpsc::unbounded_channel::<(T, Reply<R>)>();
-        tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(MAX_BATCH);
-            while waiting.recv_many(&mut batch, MAX_BATCH).await > 0 {
-                let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.drain(..).unzip();
-                match write(items).await {
-                    Ok(results) => {
-                        for (reply, result) in replies.into_iter().zip(results) {
-                            // A caller that went away needs no answer.
-                            let _ = reply.send(Ok(result));
-                        }
-                    }
-                    Err(err) => {
-                        let err = LedgerError(Arc::new(err.to_string()));
-                        for reply in replies {
-                            let _ = reply.send(Err(err.clone()));
-                        }
-                    }
-                }
-            }
-        });
-        Self { queue }
+        let (queue, waiting) = mpsc::channel(limit.max(1));
+        tokio::spawn(write_batches(waiting, write));
+        Self { queue, turn_away }
     }
 
     async fn submit(&self, item: T) -> Result<R, LedgerError> {
-        let stopped = || LedgerError(Arc::new("the ledger writer has stopped".into()));
+        let stopped = || LedgerError::Failed(Arc::new("the ledger writer has stopped".into()));
         let (reply, answer) = oneshot::channel();
-        self.queue.send((item, reply)).map_err(|_| stopped())?;
+        if self.turn_away {
+            self.queue
+                .try_send((item, reply))
+                .map_err(|err| match err {
+                    mpsc::error::TrySendError::Full(_) => LedgerError::Overloaded,
+                    mpsc::error::TrySendError::Closed(_) => stopped(),
+                })?;
+        } else {
+            self.queue
+                .send((item, reply))
+                .await
+                .map_err(|_| stopped())?;
+        }
         answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// The writer: whatever is waiting, in one write; a failed batch again one
+/// call at a time, so a bad call fails alone.
+async fn write_batches<T, R, W, F>(mut waiting: mpsc::Receiver<(T, Reply<R>)>, write: W)
+where
+    T: Clone,
+    W: Fn(Vec<T>) -> F,
+    F: Future<Output = Result<Vec<R>, sqlx::Error>>,
+{
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while waiting.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.drain(..).unzip();
+        let alone = items.len() == 1;
+        match write(items.clone()).await {
+            Ok(results) => answer(replies, results.into_iter().map(Ok)),
+            Err(err) if alone => answer(replies, [Err(failed(err))]),
+            Err(err) => {
+                crate::metrics::ledger_failed("batch");
+                tracing::warn!(error = %err, calls = items.len(),
+                    "a ledger batch failed; writing its calls one by one");
+                for (item, reply) in items.into_iter().zip(replies) {
+                    let result = match write(vec![item]).await {
+                        Ok(mut results) => results.pop().ok_or_else(|| {
+                            LedgerError::Failed(Arc::new("the ledger returned no outcome".into()))
+                        }),
+                        Err(err) => Err(failed(err)),
+                    };
+                    answer(vec![reply], [result]);
+                }
+            }
+        }
+    }
+}
+
+fn failed(err: sqlx::Error) -> LedgerError {
+    LedgerError::Failed(Arc::new(err.to_string()))
+}
+
+fn answer<R>(replies: Vec<Reply<R>>, results: impl IntoIterator<Item = Result<R, LedgerError>>) {
+    for (reply, result) in replies.into_iter().zip(results) {
+        // A caller that went away needs no answer.
+        let _ = reply.send(result);
     }
 }

@@ -2,8 +2,10 @@
 //! call goes auth → policy → reserve → forward → settle → audit, and every
 //! call that reaches it leaves exactly one audit row, refusals included.
 
+mod intents;
 mod keys;
 mod ledger;
+mod request;
 mod stripe_error;
 pub mod upstream;
 
@@ -12,7 +14,7 @@ use std::time::Instant;
 use axum::{
     body::Bytes,
     extract::{DefaultBodyLimit, State},
-    http::{header, HeaderMap, Method, Uri},
+    http::{header, HeaderMap, Method, StatusCode, Uri},
     response::{IntoResponse, Response},
     routing::any,
     Router,
@@ -23,17 +25,18 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use app::{
-    domain::{moves_money, Cents, Decision, EndpointPattern},
+    domain::{moves_money, Decision, EndpointPattern},
     ssr::{
         data::{
             audit::AuditEntry,
-            spend::{CallRecord, ReserveCall, Reserved, Settlement},
+            spend::{self, CallRecord, IntentRelease, ReserveCall, Reserved, Settlement},
         },
         secrets,
     },
 };
 pub use keys::KeyLookup;
-pub use ledger::Ledger;
+pub use ledger::{Ledger, LedgerError, RESERVE_QUEUE};
+use request::{CallHeaders, Params, MAX_IDEMPOTENCY_KEY};
 use stripe_error::StripeError;
 use upstream::{Upstream, UpstreamError};
 
@@ -63,10 +66,12 @@ struct Call {
 
 impl Call {
     fn new(method: &Method, uri: &Uri, headers: &HeaderMap) -> Self {
+        // As sent, for the audit row, but never longer than Stripe allows:
+        // an oversized key is refused, and its row must still be written.
         let idempotency_key = headers
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+            .map(|key| key.chars().take(MAX_IDEMPOTENCY_KEY).collect());
         Self {
             started: Instant::now(),
             entry: AuditEntry {
@@ -111,6 +116,7 @@ impl Call {
             reservation_id: None,
             settlement: None,
             duplicate_of: None,
+            release: None,
         };
         if let Err(err) = ledger.record(record).await {
             // Refusing is always safe; the log says the row is missing.
@@ -148,10 +154,29 @@ async fn decide_and_forward(
     let (pool, ledger) = (&state.pool, &state.ledger);
 
     // 1. Who is calling: the vault key, as Stripe SDKs send a key.
-    let Some(presented) = presented_key(&headers) else {
+    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+        let error =
+            StripeError::invalid_request("the Authorization header was sent more than once");
         return call
-            .refuse(ledger, Decision::RefusedUnknownKey, StripeError::no_key())
+            .refuse(ledger, Decision::RefusedInvalidRequest, error)
             .await;
+    }
+    let presented = match presented_key(&headers) {
+        Presented::Missing => {
+            return call
+                .refuse(ledger, Decision::RefusedUnknownKey, StripeError::no_key())
+                .await
+        }
+        Presented::Malformed => {
+            return call
+                .refuse(
+                    ledger,
+                    Decision::RefusedUnknownKey,
+                    StripeError::unknown_key(),
+                )
+                .await
+        }
+        Presented::Key(key) => key,
     };
     call.entry.key_prefix = Some(secrets::prefix(&presented));
     let hash = secrets::hash(&presented);
@@ -171,7 +196,7 @@ async fn decide_and_forward(
                 )
                 .await
         }
-        Err(err) => return unavailable(call, err).await,
+        Err(err) => return unavailable(call, ledger, err).await,
     };
     call.entry.vault_key_id = Some(key.id);
     call.entry.billing_period = Some(key.billing_period.clone());
@@ -186,7 +211,15 @@ async fn decide_and_forward(
             .await;
     }
 
-    // 2. What it may call.
+    // 2. What it may call, and how: the headers Stripe acts on.
+    let call_headers = match CallHeaders::read(&headers) {
+        Ok(read) => read,
+        Err(error) => {
+            return call
+                .refuse(ledger, Decision::RefusedInvalidRequest, error)
+                .await
+        }
+    };
     let path = uri.path();
     let allowed = key
         .allowed_endpoints
@@ -202,8 +235,19 @@ async fn decide_and_forward(
             )
             .await;
     }
+    if let Some(account) = &call_headers.stripe_account {
+        // No vault key names a connected account yet: a call on someone
+        // else's account would be money this key's cap was never set for.
+        let error = StripeError::invalid_request(format!(
+            "vault key {} is not for connected account {account}; send no Stripe-Account header",
+            key.secret_prefix
+        ));
+        return call
+            .refuse(ledger, Decision::RefusedInvalidRequest, error)
+            .await;
+    }
 
-    // 3. What it says: Stripe's form-encoded parameters.
+    // 3. What it says: Stripe's form-encoded parameters, read as Stripe reads them.
     let body = match body {
         Ok(body) => body,
         Err(rejection) => {
@@ -213,7 +257,7 @@ async fn decide_and_forward(
                 .await;
         }
     };
-    let params = match Params::parse(&method, &uri, &headers, &body) {
+    let params = match Params::read(&method, &uri, &headers, &body) {
         Ok(params) => params,
         Err(error) => {
             return call
@@ -221,10 +265,11 @@ async fn decide_and_forward(
                 .await
         }
     };
-    call.entry.stripe_customer = params.single("customer");
-    call.entry.metadata_customer_id = params.single("metadata[customer_id]");
-    call.entry.metadata_billing_period = params.single("metadata[billing_period]");
-    call.entry.currency = params.single("currency").map(|c| c.to_ascii_lowercase());
+    let param = |name| params.get(name).map(str::to_owned);
+    call.entry.stripe_customer = param("customer");
+    call.entry.metadata_customer_id = param("metadata[customer_id]");
+    call.entry.metadata_billing_period = param("metadata[billing_period]");
+    call.entry.currency = param("currency").map(|c| c.to_ascii_lowercase());
 
     if !state.upstream.is_configured() {
         return call
@@ -236,11 +281,18 @@ async fn decide_and_forward(
             .await;
     }
 
-    // 4. Money: checked, then reserved against the cap before anything leaves.
+    // 4. Money: checked, then reserved against the cap before anything
+    // leaves. Creations are metered whole; steps on a payment intent only
+    // for intents this key created, and an update for what it adds.
     let mut reservation = None;
+    let mut retrying_unknown = false;
     let mut duplicate_of = None;
     let mut decision = Decision::Allowed;
-    if moves_money(method.as_str(), path) {
+    let creates = moves_money(method.as_str(), path);
+    let intent_step = intents::step(&method, path);
+    let mut metered = None;
+    let mut keep = None;
+    if creates {
         match call.entry.currency.clone().as_deref() {
             Some(currency) if currency == key.currency => {}
             other => {
@@ -253,22 +305,59 @@ async fn decide_and_forward(
                     .await;
             }
         }
-        let amount = match params.amount() {
-            Ok(amount) => amount,
+        match params.amount() {
+            Ok(amount) => metered = Some(amount),
             Err(error) => return call.refuse(ledger, Decision::RefusedAmount, error).await,
+        }
+    } else if let Some((intent, step)) = &intent_step {
+        let bound = match spend::intent_metered(pool, key.id, intent).await {
+            Ok(bound) => bound,
+            Err(err) => return unavailable(call, ledger, err).await,
         };
+        call.entry.stripe_object_id = Some(intent.clone());
+        let Some(so_far) = bound else {
+            let error = StripeError::intent_not_bound(intent, &key);
+            return call.refuse(ledger, Decision::RefusedEndpoint, error).await;
+        };
+        match step.plan(&params, so_far, &key.currency) {
+            Ok(plan) => {
+                metered = plan.raise;
+                keep = plan.keep;
+            }
+            Err(error) => return call.refuse(ledger, Decision::RefusedAmount, error).await,
+        }
+    }
+    if let Some(amount) = metered {
         call.entry.amount_cents = Some(amount.0);
+        let raises_intent = intent_step.as_ref().map(|(intent, _)| intent.clone());
         let reserve = ReserveCall {
             key: key.id,
             request: call.entry.request_id,
             amount: amount.0,
-            idempotency_key: call.entry.idempotency_key.clone(),
+            idempotency_key: call_headers.idempotency_key.clone(),
+            fingerprint: hex::encode(params.fingerprint(
+                &method,
+                path,
+                call_headers.stripe_account.as_deref(),
+            )),
             method: method.to_string(),
             path: path.to_owned(),
             stripe_customer: call.entry.stripe_customer.clone(),
-            metadata_customer_id: call.entry.metadata_customer_id.clone(),
+            // The duplicate guard looks at new charges, not at an intent's update.
+            metadata_customer_id: call
+                .entry
+                .metadata_customer_id
+                .clone()
+                .filter(|_| raises_intent.is_none()),
             billing_period: key.billing_period.clone(),
-            currency: call.entry.currency.clone(),
+            currency: Some(key.currency.clone()),
+            payment_intent: raises_intent,
+            request_body: String::from_utf8_lossy(&body).into_owned(),
+            lease_secs: i32::try_from(state.upstream.lease().as_secs()).unwrap_or(i32::MAX),
+            stripe_version: headers
+                .get("stripe-version")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
         };
         match ledger.reserve(reserve).await {
             Ok(Reserved::New {
@@ -298,6 +387,29 @@ async fn decide_and_forward(
                 return call.refuse(ledger, Decision::RefusedDuplicate, error).await;
             }
             Ok(Reserved::Replay) => decision = Decision::Replay,
+            Ok(Reserved::RetryUnknown { reservation_id }) => {
+                decision = Decision::Replay;
+                reservation = Some(reservation_id);
+                retrying_unknown = true;
+                call.entry.message = Some(
+                    "a retry of a call whose outcome was unknown: Stripe's answer settles that call's reservation"
+                        .into(),
+                );
+            }
+            Ok(Reserved::InFlight) => {
+                let idempotency_key = call_headers.idempotency_key.as_deref().unwrap_or_default();
+                let error = StripeError::idempotency_in_flight(idempotency_key);
+                return call
+                    .refuse(ledger, Decision::RefusedInvalidRequest, error)
+                    .await;
+            }
+            Ok(Reserved::IdempotencyMismatch) => {
+                let idempotency_key = call_headers.idempotency_key.as_deref().unwrap_or_default();
+                let error = StripeError::idempotency_mismatch(idempotency_key);
+                return call
+                    .refuse(ledger, Decision::RefusedInvalidRequest, error)
+                    .await;
+            }
             Ok(Reserved::OverCap {
                 cap,
                 spent,
@@ -316,7 +428,17 @@ async fn decide_and_forward(
                     .refuse(ledger, Decision::RefusedRevoked, StripeError::revoked(&key))
                     .await;
             }
-            Err(err) => return unavailable(call, err).await,
+            Err(LedgerError::Overloaded) => {
+                crate::metrics::ledger_failed("overloaded");
+                return call
+                    .refuse(
+                        ledger,
+                        Decision::RefusedUnavailable,
+                        StripeError::overloaded(),
+                    )
+                    .await;
+            }
+            Err(err) => return unavailable(call, ledger, err).await,
         }
     }
 
@@ -330,13 +452,40 @@ async fn decide_and_forward(
     crate::metrics::upstream_answered(forwarded_at.elapsed());
 
     // 6. Settle and audit, then answer with Stripe's own response.
+    let mut release = None;
     let (settlement, response) = match outcome {
         Ok(answer) => {
             call.entry.upstream_status = Some(answer.status.as_u16() as i16);
+            let declined_intent = (creates && reservation.is_some())
+                .then(|| intents::declined(&answer.body))
+                .flatten();
             let settlement = if answer.status.is_success() {
                 call.entry.stripe_object_id = object_id(&answer.body);
+                release = intent_step
+                    .zip(keep)
+                    .map(|((intent, _), keep_cents)| IntentRelease { intent, keep_cents });
                 Settlement::Spent
-            } else if answer.status.is_client_error() {
+            } else if let Some(intent) = declined_intent {
+                // Declined, but alive: it could be confirmed later. Only a
+                // cancelled intent gives its reservation back.
+                call.entry.stripe_object_id = Some(intent.clone());
+                match intents::cancel(&state.upstream, &intent).await {
+                    Ok(()) => {
+                        call.entry.message = Some(format!(
+                            "declined; Vaultcap cancelled {intent} so it cannot be confirmed later"
+                        ));
+                        Settlement::Released
+                    }
+                    Err(reason) => {
+                        decision = Decision::OutcomeUnknown;
+                        call.entry.message = Some(format!(
+                            "declined, and Vaultcap could not cancel {intent} ({reason}): \
+                             it stays reserved until Stripe says it is cancelled"
+                        ));
+                        Settlement::Unknown
+                    }
+                }
+            } else if refused_by_stripe(answer.status, retrying_unknown) {
                 Settlement::Released
             } else {
                 decision = Decision::OutcomeUnknown;
@@ -376,6 +525,7 @@ async fn decide_and_forward(
         reservation_id: reservation,
         settlement: reservation.map(|_| settlement),
         duplicate_of,
+        release,
     };
     if let Err(err) = ledger.record(record).await {
         crate::metrics::ledger_failed("settle");
@@ -386,98 +536,98 @@ async fn decide_and_forward(
     response
 }
 
-/// The database is unreachable: fail closed, forward nothing.
-async fn unavailable(call: Call, err: impl std::fmt::Display) -> Response {
+/// Whether Stripe's 4xx shows that no money moved for this call. A fresh
+/// call that Stripe refused made nothing. A retry of a call whose outcome
+/// was unknown proves it only by an answer about the request itself (bad
+/// parameters, a decline, no such object), which Stripe replays for a call
+/// that ran: a 409 (the original still running), a 429 or an auth error
+/// says nothing about the original, which stays reserved.
+pub(crate) fn refused_by_stripe(status: StatusCode, retrying_unknown: bool) -> bool {
+    if retrying_unknown {
+        matches!(status.as_u16(), 400 | 402 | 404)
+    } else {
+        status.is_client_error()
+    }
+}
+
+/// The ledger could not be written: fail closed, forward nothing. The audit
+/// row is attempted in the background (a call that failed alone, on a
+/// working database, still gets one); the answer does not wait for it.
+async fn unavailable(call: Call, ledger: &Ledger, err: impl std::fmt::Display) -> Response {
     crate::metrics::ledger_failed("check_or_reserve");
-    let request_id = call.finish(Decision::RefusedUnavailable).request_id;
-    tracing::error!(error = %err, "proxy refused a call: database unavailable");
-    // The audit row cannot be written either; the log line above stands in.
+    tracing::error!(error = %err, "proxy refused a call: the spend ledger could not be written");
+    let mut call = call;
+    call.entry.error_code = Some("spend_ledger_unavailable".into());
+    let entry = call.finish(Decision::RefusedUnavailable);
+    let request_id = entry.request_id;
+    let ledger = ledger.clone();
+    tokio::spawn(async move {
+        let record = CallRecord {
+            entry,
+            reservation_id: None,
+            settlement: None,
+            duplicate_of: None,
+            release: None,
+        };
+        if let Err(err) = ledger.record(record).await {
+            tracing::error!(error = %err, %request_id, "could not write the audit row of a call refused as unavailable");
+        }
+    });
     StripeError::unavailable()
         .with_request_id(request_id)
         .into_response()
 }
 
+/// What an `Authorization` header presents.
+enum Presented {
+    Missing,
+    /// Not a key any vault key could be: undecodable, or holding bytes no
+    /// key has (these are never written to the audit log).
+    Malformed,
+    Key(String),
+}
+
 /// The key from `Authorization: Bearer …` or HTTP Basic with the key as the
 /// user name (both are how Stripe SDKs authenticate).
-fn presented_key(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
-    let (scheme, credentials) = value.split_once(' ')?;
+fn presented_key(headers: &HeaderMap) -> Presented {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Presented::Missing;
+    };
+    let Ok(value) = value.to_str() else {
+        return Presented::Malformed;
+    };
+    let Some((scheme, credentials)) = value.trim().split_once(' ') else {
+        return Presented::Malformed;
+    };
     let key = if scheme.eq_ignore_ascii_case("bearer") {
         credentials.trim().to_owned()
     } else if scheme.eq_ignore_ascii_case("basic") {
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(credentials.trim())
-            .ok()?;
-        let decoded = String::from_utf8(decoded).ok()?;
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok());
+        let Some(decoded) = decoded else {
+            return Presented::Malformed;
+        };
         decoded
             .split_once(':')
             .map(|(user, _)| user)
             .unwrap_or(&decoded)
             .to_owned()
     } else {
-        return None;
+        return Presented::Malformed;
     };
-    (!key.is_empty() && key.len() <= 200).then_some(key)
+    let plausible =
+        !key.is_empty() && key.len() <= 200 && key.bytes().all(|b| b.is_ascii_graphic());
+    if plausible {
+        Presented::Key(key)
+    } else {
+        Presented::Malformed
+    }
 }
 
 /// The `id` of the object Stripe returned (`ch_…`, `pi_…`).
-fn object_id(body: &[u8]) -> Option<String> {
+pub(crate) fn object_id(body: &[u8]) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     value.get("id")?.as_str().map(str::to_owned)
-}
-
-/// A request's parameters: the form body for writes, the query for reads.
-struct Params(Vec<(String, String)>);
-
-impl Params {
-    fn parse(
-        method: &Method,
-        uri: &Uri,
-        headers: &HeaderMap,
-        body: &[u8],
-    ) -> Result<Self, StripeError> {
-        if body.is_empty() || method == Method::GET {
-            let query = uri.query().unwrap_or("");
-            return Ok(Self(
-                form_urlencoded::parse(query.as_bytes())
-                    .into_owned()
-                    .collect(),
-            ));
-        }
-        let form = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.starts_with("application/x-www-form-urlencoded"));
-        if !form || std::str::from_utf8(body).is_err() {
-            return Err(StripeError::not_form_encoded());
-        }
-        Ok(Self(form_urlencoded::parse(body).into_owned().collect()))
-    }
-
-    /// A parameter given exactly once (or `None`).
-    fn single(&self, name: &str) -> Option<String> {
-        let mut values = self.0.iter().filter(|(key, _)| key == name);
-        match (values.next(), values.next()) {
-            (Some((_, value)), None) => Some(value.clone()),
-            _ => None,
-        }
-    }
-
-    fn amount(&self) -> Result<Cents, StripeError> {
-        let values: Vec<&String> = self
-            .0
-            .iter()
-            .filter(|(key, _)| key == "amount")
-            .map(|(_, v)| v)
-            .collect();
-        match values.as_slice() {
-            [] => Err(StripeError::invalid_amount(
-                "missing: a charge needs an `amount` in cents",
-            )),
-            [raw] => Cents::parse_positive(raw).map_err(|err| StripeError::invalid_amount(&err.0)),
-            _ => Err(StripeError::invalid_amount(
-                "`amount` was given more than once",
-            )),
-        }
-    }
 }

@@ -110,11 +110,72 @@ impl StripeError {
         )
     }
 
+    /// A step on a payment intent this key did not create.
+    pub fn intent_not_bound(intent: &str, key: &VaultKeyRow) -> Self {
+        Self::invalid(
+            StatusCode::FORBIDDEN,
+            "payment_intent_not_bound",
+            format!(
+                "Vault key {} did not create payment intent {intent}: it may confirm, capture, update or \
+                 cancel only the payment intents it created. Nothing was sent to Stripe.",
+                key.secret_prefix
+            ),
+        )
+    }
+
     pub fn unreadable_body(status: StatusCode, reason: &str) -> Self {
         Self::invalid(
             status,
             "invalid_request",
             format!("The request body could not be read: {reason}."),
+        )
+    }
+
+    /// Bytes Stripe's parser could read another way than Vaultcap's, or
+    /// that break Stripe's own limits: refused before anything is reserved.
+    pub fn invalid_request(reason: impl std::fmt::Display) -> Self {
+        Self::invalid(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("Invalid request: {reason}. Nothing was sent to Stripe."),
+        )
+    }
+
+    /// Stripe's answer to a reused Idempotency-Key with other parameters.
+    pub fn idempotency_mismatch(key: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "idempotency_error",
+            "idempotency_key_in_use",
+            format!(
+                "Keys for idempotent requests can only be used with the same parameters they were first used with. \
+                 Idempotency-Key {key:?} was used for another request (method, path, parameters or Stripe-Account) \
+                 within the last 24 hours; nothing was sent to Stripe. Use a new key for a new request."
+            ),
+        )
+    }
+
+    /// Stripe's answer while a request with the same Idempotency-Key is in flight.
+    pub fn idempotency_in_flight(key: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "idempotency_error",
+            "idempotency_key_in_use",
+            format!(
+                "There is currently another in-progress request using this vault key and Idempotency-Key {key:?}. \
+                 Retry after it completes; nothing was sent to Stripe."
+            ),
+        )
+    }
+
+    /// The ledger cannot keep up: turned away before anything is reserved.
+    pub fn overloaded() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "api_error",
+            "vaultcap_overloaded",
+            "Vaultcap has more calls waiting for the spend ledger than it takes at once; nothing was reserved or \
+             sent to Stripe. Retry shortly with the same Idempotency-Key.",
         )
     }
 

@@ -48,6 +48,7 @@ pub struct Upstream {
     client: reqwest::Client,
     base: String,
     secret: Option<StripeSecret>,
+    timeout: Duration,
 }
 
 /// What came back from Stripe.
@@ -80,7 +81,14 @@ impl Upstream {
             client,
             base: base.trim_end_matches('/').to_owned(),
             secret,
+            timeout,
         })
+    }
+
+    /// How long a process answers for a call it sent: the upstream timeout
+    /// and time to settle it. A pending call older than this was abandoned.
+    pub fn lease(&self) -> Duration {
+        self.timeout + Duration::from_secs(10)
     }
 
     pub fn is_configured(&self) -> bool {

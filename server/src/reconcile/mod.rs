@@ -16,10 +16,10 @@ use app::{
     },
 };
 
-/// Detects findings for a period from its last finished sync, and decides
-/// the period's calls whose outcome was unknown (settled or released, each
-/// recorded in the action log): what closes the cap rule after timeouts
-/// and crashes.
+/// Detects findings for a period from its last finished sync, and settles
+/// the period's calls of unknown outcome that a synced charge names (each
+/// recorded in the action log); the others stay reserved until Stripe is
+/// asked about them (`jobs::unknown_outcomes`) or a person decides.
 pub async fn detect(pool: &PgPool, period: BillingPeriod) -> Result<Detected, DetectError> {
     let name = period.to_string();
     let Some(sync) = stripe_charges::last_finished(pool, &name).await? else {
@@ -29,15 +29,10 @@ pub async fn detect(pool: &PgPool, period: BillingPeriod) -> Result<Detected, De
     let findings = findings::detect(&mut tx, period, Utc::now()).await?;
     let (unknown, decided) = spend::settle_unknown(&mut tx, &name, sync.started_at).await?;
     for (reservation, charge) in decided {
-        let action = if charge.is_some() {
-            "reservation.settle"
-        } else {
-            "reservation.release"
-        };
         actions::record(
             &mut *tx,
             Actor::System,
-            action,
+            "reservation.settle",
             "reservation",
             Some(reservation.to_string()),
             serde_json::json!({ "stripe_charge_id": charge, "sync_id": sync.id }),

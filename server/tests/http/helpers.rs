@@ -31,6 +31,8 @@ pub struct TestApp {
     pub router: Router,
     /// The application's own pool on the test's database.
     pub pool: PgPool,
+    /// The proxy's pool (ledger writers and key lookups).
+    pub ledger_pool: PgPool,
 }
 
 impl TestApp {
@@ -66,11 +68,15 @@ impl TestApp {
         // until they hit the 60-second request limit. Connections close when
         // released, so none is open when the test ends and sqlx drops the
         // test's database.
-        let pool = PgPoolOptions::new()
-            .max_connections(10)
-            .acquire_timeout(Duration::from_secs(20))
-            .after_release(|_conn, _meta| Box::pin(async { Ok(false) }))
-            .connect_lazy_with((*test_pool.connect_options()).clone());
+        let own_pool = |connections| {
+            PgPoolOptions::new()
+                .max_connections(connections)
+                .acquire_timeout(Duration::from_secs(20))
+                .after_release(|_conn, _meta| Box::pin(async { Ok(false) }))
+                .connect_lazy_with((*test_pool.connect_options()).clone())
+        };
+        let pool = own_pool(10);
+        let ledger_pool = own_pool(4);
         let state = AppState {
             leptos_options: LeptosOptions::builder().output_name("vaultcap").build(),
             pool: pool.clone(),
@@ -78,8 +84,9 @@ impl TestApp {
             cap_increases: Default::default(),
         };
         Self {
-            router: server::http::router(state, upstream),
+            router: server::http::router(state, upstream, ledger_pool.clone()),
             pool,
+            ledger_pool,
         }
     }
 

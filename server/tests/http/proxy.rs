@@ -8,13 +8,23 @@ use crate::{fake_stripe::FakeStripe, helpers::TestApp};
 
 pub(crate) const CHARGE: &str = "amount=1000&currency=usd&customer=cus_1&metadata%5Bcustomer_id%5D=cust_1&metadata%5Bbilling_period%5D=2026-07";
 
-/// A proxy in front of the fake Stripe, and a vault key with a 5,000-cent cap.
+/// A proxy in front of the fake Stripe (waiting 500 ms for an answer), and
+/// a vault key with a cap of `cap_cents`.
 pub(crate) async fn proxy_with_key(
     pool: PgPool,
     cap_cents: i64,
 ) -> (TestApp, FakeStripe, String, i64) {
+    proxy_waiting(pool, cap_cents, Duration::from_millis(500)).await
+}
+
+/// [`proxy_with_key`], waiting `timeout` for Stripe's answers.
+pub(crate) async fn proxy_waiting(
+    pool: PgPool,
+    cap_cents: i64,
+    timeout: Duration,
+) -> (TestApp, FakeStripe, String, i64) {
     let stripe = FakeStripe::start().await;
-    let app = TestApp::with_upstream(pool, &stripe.base, Duration::from_millis(500));
+    let app = TestApp::with_upstream(pool, &stripe.base, timeout);
     let token = app.api_token().await;
     let body = json!({
         "label": "billing-run-2026-07", "expected_total_cents": cap_cents, "cap_cents": cap_cents,
@@ -325,7 +335,8 @@ async fn refusals_are_stripe_shaped_audited_and_never_forwarded(pool: PgPool) {
             &key,
             "amount=100&amount=100&currency=usd",
             StatusCode::BAD_REQUEST,
-            "invalid_amount",
+            // Stripe's parser would keep the last: refused as unreadable.
+            "invalid_request",
         ),
         (
             "/v1/charges",
@@ -426,6 +437,7 @@ async fn concurrent_charges_never_exceed_the_cap(pool: PgPool) {
 async fn with_the_database_gone_the_proxy_fails_closed(pool: PgPool) {
     let (app, stripe, key, _) = proxy_with_key(pool.clone(), 5000).await;
     app.pool.close().await;
+    app.ledger_pool.close().await;
     let response = app.stripe("/v1/charges", &key, CHARGE, &[]).await;
     assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.json()["error"]["type"], "api_error");
@@ -461,8 +473,9 @@ async fn a_reservation_cut_off_mid_call_is_swept_into_the_audit_log(pool: PgPool
     let (_, _, _, key_id) = proxy_with_key(pool.clone(), 5000).await;
     // What a proxy killed between reserve and settle leaves behind.
     sqlx::query(
-        "WITH r AS (INSERT INTO reservations (vault_key_id, request_id, amount_cents, path, created_at)
-                    VALUES ($1, gen_random_uuid(), 1200, '/v1/charges', now() - interval '1 hour'))
+        "WITH r AS (INSERT INTO reservations (vault_key_id, request_id, amount_cents, path, created_at, claimed_until)
+                    VALUES ($1, gen_random_uuid(), 1200, '/v1/charges', now() - interval '1 hour',
+                            now() - interval '1 hour'))
          UPDATE vault_keys SET reserved_cents = 1200 WHERE id = $1",
     )
     .bind(key_id)

@@ -406,7 +406,9 @@ async fn synced(pool: &PgPool) {
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
-async fn calls_of_unknown_outcome_are_settled_by_stripes_charge_or_released(pool: PgPool) {
+async fn calls_of_unknown_outcome_are_settled_by_stripes_charge_and_never_released_by_its_absence(
+    pool: PgPool,
+) {
     use crate::proxy::proxy_with_key;
 
     // Two calls whose outcome the proxy could not know: a 500 and a timeout.
@@ -452,11 +454,11 @@ async fn calls_of_unknown_outcome_are_settled_by_stripes_charge_or_released(pool
     let found = server::reconcile::detect(&pool, PERIOD.parse().unwrap())
         .await
         .unwrap();
-    assert_eq!((found.unknown.settled, found.unknown.released), (1, 1));
+    assert_eq!((found.unknown.settled, found.unknown.still_unknown), (1, 1));
     assert_eq!(
         money().await,
-        (1_000, 0),
-        "the made charge is spent, the other released"
+        (1_000, 700),
+        "the made charge is spent; no charge in the sync proves nothing: still reserved"
     );
     let states: Vec<(String, Option<String>)> = sqlx::query_as(
         "SELECT state, stripe_charge_id FROM reservations ORDER BY amount_cents DESC",
@@ -468,7 +470,7 @@ async fn calls_of_unknown_outcome_are_settled_by_stripes_charge_or_released(pool
         states,
         [
             ("settled".into(), Some("ch_made".into())),
-            ("released".into(), None)
+            ("outcome_unknown".into(), None)
         ]
     );
     let logged: Vec<String> = sqlx::query_scalar(
@@ -477,12 +479,12 @@ async fn calls_of_unknown_outcome_are_settled_by_stripes_charge_or_released(pool
     .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!(logged.len(), 2);
+    assert_eq!(logged, ["reservation.settle"]);
     // Again: nothing left to decide.
     let again = server::reconcile::detect(&pool, PERIOD.parse().unwrap())
         .await
         .unwrap();
-    assert_eq!((again.unknown.settled, again.unknown.released), (0, 0));
+    assert_eq!((again.unknown.settled, again.unknown.still_unknown), (0, 1));
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]

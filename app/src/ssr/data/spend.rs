@@ -20,9 +20,19 @@ pub enum Reserved {
         reservation_id: i64,
         duplicate_of: Option<String>,
     },
-    /// The Idempotency-Key was already used under this key: the call is a
-    /// retry, forwarded without reserving again.
+    /// The same request under an Idempotency-Key whose call Stripe
+    /// answered: forwarded (Stripe answers with the original result)
+    /// without reserving again.
     Replay,
+    /// The same request under an Idempotency-Key whose call's outcome is
+    /// unknown: forwarded, and Stripe's answer settles that call's
+    /// reservation (`reservation_id`).
+    RetryUnknown { reservation_id: i64 },
+    /// The Idempotency-Key's first call is still in flight.
+    InFlight,
+    /// The Idempotency-Key was used for another request (other parameters,
+    /// path or account) within Stripe's 24 hours.
+    IdempotencyMismatch,
     /// The key's duplicate guard blocks it: the customer already has a
     /// charge this period under another Idempotency-Key (`earlier_charge`,
     /// unknown while that call is in flight or its outcome is unknown;
@@ -45,12 +55,24 @@ pub struct ReserveCall {
     pub request: Uuid,
     pub amount: i64,
     pub idempotency_key: Option<String>,
+    /// The request's fingerprint in hex (see the proxy's `Params::fingerprint`).
+    pub fingerprint: String,
     pub method: String,
     pub path: String,
     pub stripe_customer: Option<String>,
     pub metadata_customer_id: Option<String>,
     pub billing_period: String,
     pub currency: Option<String>,
+    /// The payment intent whose amount this call raises (an update).
+    pub payment_intent: Option<String>,
+    /// The form body and Stripe-Version as sent: kept for calls with an
+    /// Idempotency-Key, so an unknown outcome can be asked about by
+    /// sending the same request again.
+    pub request_body: String,
+    pub stripe_version: Option<String>,
+    /// How long the proxy answers for the call (its upstream timeout and a
+    /// margin): a pending call older than this was abandoned.
+    pub lease_secs: i32,
 }
 
 /// One row of reserve_spend_many.
@@ -88,6 +110,9 @@ pub async fn reserve_many(
                 duplicate_of: row.earlier_charge,
             },
             ("replay", _) => Reserved::Replay,
+            ("retry_unknown", Some(reservation_id)) => Reserved::RetryUnknown { reservation_id },
+            ("in_flight", _) => Reserved::InFlight,
+            ("idempotency_mismatch", _) => Reserved::IdempotencyMismatch,
             ("duplicate", _) => Reserved::Duplicate {
                 earlier_charge: row.earlier_charge,
                 earlier_state: row.earlier_state.unwrap_or_default(),
@@ -128,6 +153,31 @@ pub struct CallRecord {
     /// The earlier charge, when the duplicate guard flagged the call: once
     /// Stripe confirms it, its duplicate finding opens with its audit row.
     pub duplicate_of: Option<String>,
+    /// A payment intent Stripe cancelled or captured for less than was
+    /// metered: what it will not take goes back to the key.
+    pub release: Option<IntentRelease>,
+}
+
+/// What a payment intent took in the end (`keep_cents`; 0 when cancelled).
+#[derive(Debug, Clone, Serialize)]
+pub struct IntentRelease {
+    pub intent: String,
+    pub keep_cents: i64,
+}
+
+/// What `key` has metered for payment intent `intent` (created or raised
+/// under it, less what was given back); `None` when no call under this key
+/// made or raised it.
+pub async fn intent_metered(
+    pool: &PgPool,
+    key: i64,
+    intent: &str,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT intent_metered($1, $2)")
+        .bind(key)
+        .bind(intent)
+        .fetch_one(pool)
+        .await
 }
 
 /// Settles the calls' reservations and appends their audit rows, for many
@@ -141,30 +191,26 @@ pub async fn record_many(pool: &PgPool, calls: &[CallRecord]) -> Result<(), sqlx
     Ok(())
 }
 
-/// Reservations left pending by a process that died mid-call, older than
-/// `older_than_secs` (longer than any call may take): marked unknown and
-/// written to the audit log, so nothing silently vanishes. Returns how many.
-pub async fn sweep_abandoned(pool: &PgPool, older_than_secs: i64) -> Result<u64, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let swept = sqlx::query(
+/// Reservations left pending by a process that died mid-call, more than
+/// `grace_secs` past the time their process answered for them: marked
+/// unknown and written to the audit log, so nothing silently vanishes (a
+/// negative grace also takes calls still within it: for a run that is
+/// over). Rows someone holds are skipped. Returns how many.
+pub async fn sweep_abandoned(pool: &PgPool, grace_secs: i64) -> Result<u64, sqlx::Error> {
+    let swept: i64 = sqlx::query_scalar(
         "WITH abandoned AS (
              UPDATE reservations r SET state = 'outcome_unknown'
-             WHERE state = 'pending' AND created_at < now() - make_interval(secs => $1)
-             RETURNING r.*
+             WHERE r.id IN (SELECT id FROM reservations
+                            WHERE state = 'pending' AND claimed_until < now() - make_interval(secs => $1)
+                            FOR UPDATE SKIP LOCKED)
+             RETURNING r.id
          )
-         INSERT INTO audit_log (at, request_id, vault_key_id, key_prefix, method, path, stripe_customer,
-             metadata_customer_id, billing_period, amount_cents, currency, idempotency_key, decision, message)
-         SELECT a.created_at, a.request_id, a.vault_key_id, k.secret_prefix, a.method, a.path, a.stripe_customer,
-                a.metadata_customer_id, a.billing_period, a.amount_cents, a.currency, a.idempotency_key,
-                'outcome_unknown', 'the proxy stopped before the call settled; reconciliation decides'
-         FROM abandoned a JOIN vault_keys k ON k.id = a.vault_key_id",
+         SELECT count(*) FROM (SELECT audit_abandoned(id) FROM abandoned) AS audited",
     )
-    .bind(older_than_secs as f64)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    tx.commit().await?;
-    Ok(swept)
+    .bind(grace_secs as f64)
+    .fetch_one(pool)
+    .await?;
+    Ok(swept as u64)
 }
 
 /// What reconciliation decided about calls whose outcome was unknown.
@@ -172,21 +218,25 @@ pub async fn sweep_abandoned(pool: &PgPool, older_than_secs: i64) -> Result<u64,
 pub struct UnknownOutcomes {
     /// Stripe has the charge: the amount is spent.
     pub settled: u64,
-    /// A sync made well after the call shows no such charge: released.
-    pub released: u64,
+    /// No synced charge names them: they stay reserved. The absence of a
+    /// matching charge is no proof that Stripe made none (a charge without
+    /// metadata, on another account, later than the window), so only
+    /// asking Stripe (`jobs::unknown_outcomes`) or a person releases them.
+    pub still_unknown: u64,
 }
 
-/// Decides the period's unknown outcomes from the synced charges, one call
-/// at a time (so one charge settles at most one call): a succeeded charge
-/// for the call's customer, period and amount, created from a minute before
-/// the call to an hour after it, settles it; none releases it. Only calls
-/// made at least ten minutes before `synced_from` (when the sync started)
-/// are decided, so Stripe has had time to show the charge.
+/// Settles the period's unknown outcomes that the synced charges explain,
+/// one call at a time (so one charge settles at most one call): a succeeded
+/// charge for the call's customer, period and amount, created from a minute
+/// before the call to an hour after it. Calls no charge explains stay
+/// reserved. Only calls made at least ten minutes before `synced_from` (when
+/// the sync started) are looked at, so Stripe has had time to show the
+/// charge.
 pub async fn settle_unknown(
     tx: &mut sqlx::PgConnection,
     period: &str,
     synced_from: chrono::DateTime<chrono::Utc>,
-) -> Result<(UnknownOutcomes, Vec<(i64, Option<String>)>), sqlx::Error> {
+) -> Result<(UnknownOutcomes, Vec<(i64, String)>), sqlx::Error> {
     let unknown: Vec<i64> = sqlx::query_scalar(
         "SELECT id FROM reservations
          WHERE state = 'outcome_unknown' AND billing_period = $1 AND created_at < $2 - interval '10 minutes'
@@ -211,22 +261,17 @@ pub async fn settle_unknown(
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
-        let state = if charge.is_some() {
-            "settled"
-        } else {
-            "released"
+        let Some(charge) = charge else {
+            outcomes.still_unknown += 1;
+            continue;
         };
-        let changed: bool = sqlx::query_scalar("SELECT settle_unknown_spend($1, $2, $3)")
+        let changed: bool = sqlx::query_scalar("SELECT settle_unknown_spend($1, 'settled', $2)")
             .bind(id)
-            .bind(state)
             .bind(&charge)
             .fetch_one(&mut *tx)
             .await?;
         if changed {
-            match charge {
-                Some(_) => outcomes.settled += 1,
-                None => outcomes.released += 1,
-            }
+            outcomes.settled += 1;
             decided.push((id, charge));
         }
     }

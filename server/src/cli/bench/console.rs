@@ -74,7 +74,7 @@ async fn measure(db: &BenchDatabase, args: &ConsoleBenchArgs) -> anyhow::Result<
         None,
         std::time::Duration::from_secs(1),
     )?;
-    let router = http::router(state, upstream);
+    let router = http::router(state, upstream, pool.clone());
     let cookie = sign_in(pool, &router).await?;
     let busiest: i64 =
         sqlx::query_scalar("SELECT id FROM vault_keys ORDER BY spent_cents DESC, id LIMIT 1")

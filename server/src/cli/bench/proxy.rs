@@ -64,7 +64,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         Some(StripeSecret::new("sk_bench".into())),
         Duration::from_secs(30),
     )?;
-    let proxy_addr = serve(http::router(state, upstream)).await?;
+    let proxy_addr = serve(http::router(state, upstream, pool.clone())).await?;
     let proxy_base = format!("http://{proxy_addr}");
 
     // Caps no run can reach.

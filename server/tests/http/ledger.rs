@@ -1,0 +1,177 @@
+//! The proxy's grouped ledger writers: one call's bad row never costs the
+//! calls written beside it, and a full reservation queue turns new calls
+//! away before anything is reserved.
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use app::{
+    domain::Decision,
+    ssr::data::{
+        audit::AuditEntry,
+        spend::{CallRecord, ReserveCall, Reserved},
+    },
+};
+use server::proxy::{Ledger, LedgerError};
+
+use crate::proxy::proxy_with_key;
+
+fn refused_call(message: &str) -> CallRecord {
+    CallRecord {
+        entry: AuditEntry {
+            request_id: Uuid::new_v4(),
+            vault_key_id: None,
+            key_prefix: None,
+            method: "POST".into(),
+            path: "/v1/charges".into(),
+            stripe_customer: None,
+            metadata_customer_id: None,
+            metadata_billing_period: None,
+            billing_period: None,
+            amount_cents: None,
+            currency: None,
+            idempotency_key: None,
+            decision: Decision::RefusedUnknownKey,
+            upstream_status: None,
+            stripe_object_id: None,
+            error_code: None,
+            message: Some(message.into()),
+            latency_ms: 1,
+        },
+        reservation_id: None,
+        settlement: None,
+        duplicate_of: None,
+        release: None,
+    }
+}
+
+fn reserve_call(key: i64, n: usize) -> ReserveCall {
+    ReserveCall {
+        key,
+        request: Uuid::new_v4(),
+        amount: 100,
+        idempotency_key: Some(format!("k{n}")),
+        fingerprint: hex_of(n),
+        method: "POST".into(),
+        path: "/v1/charges".into(),
+        stripe_customer: None,
+        metadata_customer_id: None,
+        billing_period: "2026-07".into(),
+        currency: Some("usd".into()),
+        payment_intent: None,
+        request_body: "amount=100&currency=usd".into(),
+        stripe_version: None,
+        lease_secs: 60,
+    }
+}
+
+fn hex_of(n: usize) -> String {
+    format!("{n:064x}")
+}
+
+/// Waits until some statement of this database waits on a lock: the
+/// writer is then held by the test's transaction.
+async fn until_a_writer_waits(pool: &PgPool) {
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                            WHERE datname = current_database() AND wait_event_type = 'Lock')",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waiting {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Lets every spawned task run up to its next wait.
+async fn let_tasks_queue() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
+    let ledger = Ledger::start(pool.clone(), 64);
+    // Hold the writer on its first call so the next ten wait as one batch.
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE audit_log IN EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let first = tokio::spawn({
+        let ledger = ledger.clone();
+        async move { ledger.record(refused_call("first")).await }
+    });
+    until_a_writer_waits(&pool).await;
+    let mut batch = Vec::new();
+    for n in 0..10 {
+        let ledger = ledger.clone();
+        // PostgreSQL's text holds no NUL: this row fails, alone.
+        let message = if n == 5 {
+            "bad\0row".to_owned()
+        } else {
+            format!("call {n}")
+        };
+        batch.push(tokio::spawn(async move {
+            ledger.record(refused_call(&message)).await
+        }));
+    }
+    let_tasks_queue().await;
+    lock.commit().await.unwrap();
+
+    assert!(first.await.unwrap().is_ok());
+    let mut failed = Vec::new();
+    for (n, call) in batch.into_iter().enumerate() {
+        if call.await.unwrap().is_err() {
+            failed.push(n);
+        }
+    }
+    assert_eq!(failed, [5], "only the bad call fails");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 10, "the first and the nine good ones");
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_full_reservation_queue_turns_new_calls_away_before_reserving(pool: PgPool) {
+    let (_app, _stripe, _key, key_id) = proxy_with_key(pool.clone(), 1_000_000).await;
+    let ledger = Ledger::start(pool.clone(), 1);
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM vault_keys WHERE id = $1 FOR UPDATE")
+        .bind(key_id)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let writing = tokio::spawn({
+        let ledger = ledger.clone();
+        async move { ledger.reserve(reserve_call(key_id, 1)).await }
+    });
+    until_a_writer_waits(&pool).await;
+    let queued = tokio::spawn({
+        let ledger = ledger.clone();
+        async move { ledger.reserve(reserve_call(key_id, 2)).await }
+    });
+    let_tasks_queue().await;
+    let turned_away = ledger.reserve(reserve_call(key_id, 3)).await;
+    assert!(
+        matches!(turned_away, Err(LedgerError::Overloaded)),
+        "{turned_away:?}"
+    );
+    lock.commit().await.unwrap();
+    for call in [writing, queued] {
+        assert!(matches!(call.await.unwrap(), Ok(Reserved::New { .. })));
+    }
+    let reserved: i64 = sqlx::query_scalar("SELECT reserved_cents FROM vault_keys WHERE id = $1")
+        .bind(key_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(reserved, 200, "the turned-away call reserved nothing");
+}
