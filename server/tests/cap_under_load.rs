@@ -1,5 +1,6 @@
 //! The cap under load through the real `vaultcap serve` binary, sized for
-//! CI (`vaultcap bench cap` runs the full 10,000 charges).
+//! CI (`vaultcap bench cap` runs the full 10,000 charges), with hostile
+//! calls mixed among the charges.
 
 use server::cli::bench::cap::Load;
 
@@ -10,6 +11,7 @@ fn load(kills: usize) -> Load {
         concurrency: 64,
         admits: 500,
         kills,
+        hostile: 300,
     }
 }
 
@@ -20,7 +22,9 @@ async fn concurrent_charges_at_one_key_admit_exactly_what_the_cap_allows() {
     assert_eq!(report.succeeded, 500);
     assert_eq!(report.upstream_charges, 500);
     assert_eq!(report.spent_cents, report.cap_cents);
-    assert_eq!(report.audit_rows, 2_000, "one audit row per call");
+    assert_eq!(report.audit_rows, 2_000, "one audit row per charge");
+    assert_eq!(report.hostile_audit_rows, 300, "and one per hostile call");
+    assert!(report.hostile_not_refused.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

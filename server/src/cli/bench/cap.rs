@@ -8,6 +8,11 @@
 //! charge, and a charge whose connection broke is retried with the same key
 //! once the proxy is back. The fake Stripe honours those keys as Stripe does
 //! (a retry returns the original charge), and counts the money it took.
+//!
+//! With `--hostile H`, H hostile calls are spread among the charges (bytes
+//! Stripe would read another way than Vaultcap, Stripe's limits broken,
+//! headers sent twice, a key of NUL bytes): each must be refused, audited,
+//! and cost the honest charges nothing.
 
 use std::{
     collections::HashMap,
@@ -41,13 +46,16 @@ pub struct CapBenchArgs {
     /// Times the proxy is killed and restarted in the second run.
     #[arg(long, default_value_t = 2)]
     kills: usize,
+    /// Hostile calls mixed among the charges in both runs.
+    #[arg(long, default_value_t = 0)]
+    hostile: usize,
 }
 
 pub async fn run(args: CapBenchArgs) -> anyhow::Result<()> {
     let binary = std::env::current_exe().context("finding the vaultcap binary")?;
     println!(
-        "vaultcap bench cap: {} charges of {AMOUNT} cents, {} clients, a cap admitting {}",
-        args.charges, args.concurrency, args.admits
+        "vaultcap bench cap: {} charges of {AMOUNT} cents and {} hostile calls, {} clients, a cap admitting {}",
+        args.charges, args.hostile, args.concurrency, args.admits
     );
     let load = Load {
         binary,
@@ -55,6 +63,7 @@ pub async fn run(args: CapBenchArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         admits: args.admits,
         kills: 0,
+        hostile: args.hostile,
     };
     let steady = load.run().await?;
     steady.print("no kills");
@@ -83,6 +92,8 @@ pub struct Load {
     /// SIGKILLs, spread evenly over the admitted charges, each followed by
     /// a restart.
     pub kills: usize,
+    /// Hostile calls spread evenly among the charges.
+    pub hostile: usize,
 }
 
 /// What a run did, from the clients', the fake Stripe's and the ledger's
@@ -96,8 +107,15 @@ pub struct Report {
     pub succeeded: usize,
     pub refused_cap: usize,
     pub other_answers: Vec<String>,
+    /// Hostile calls sent, and those answered other than with a 4xx.
+    pub hostile: usize,
+    pub hostile_not_refused: Vec<String>,
+    /// Audit rows of hostile calls (under the key or without one).
+    pub hostile_audit_rows: i64,
     /// Connections that broke (the proxy was killed) and were retried.
     pub retries: usize,
+    /// Retries answered 409 while their first try's lease ran.
+    pub in_flight_retries: usize,
     /// Distinct charges the fake Stripe made, and the money they took.
     pub upstream_charges: usize,
     pub upstream_cents: i64,
@@ -119,6 +137,9 @@ impl Load {
             ("DATABASE_URL", db.url()),
             ("STRIPE_API_BASE", stripe.to_owned()),
             ("STRIPE_SECRET_KEY", "sk_bench".to_owned()),
+            // The fake Stripe answers at once: a short timeout makes the
+            // calls a killed process abandoned free for their retries soon.
+            ("VAULTCAP_UPSTREAM_TIMEOUT_SECS", "1".to_owned()),
         ]
     }
 
@@ -156,15 +177,23 @@ impl Load {
                 secret: secret.clone(),
                 base: base_rx.clone(),
             };
-            let (next, answered, total) = (next.clone(), answered_tx.clone(), self.charges);
+            let (next, answered) = (next.clone(), answered_tx.clone());
+            let (charges, hostile) = (self.charges, self.hostile);
             clients.spawn(async move {
                 let mut tally = Tally::default();
+                let total = charges + hostile;
                 loop {
                     let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if n >= total {
                         return Ok::<_, anyhow::Error>(tally);
                     }
-                    charger.charge(n, &mut tally).await?;
+                    // Hostile calls fall evenly among the charges.
+                    let hostile_before = n * hostile / total;
+                    if (n + 1) * hostile / total > hostile_before {
+                        charger.hostile(hostile_before, &mut tally).await?;
+                        continue;
+                    }
+                    charger.charge(n - hostile_before, &mut tally).await?;
                     answered.send_modify(|count| *count += 1);
                 }
             });
@@ -189,7 +218,7 @@ impl Load {
         proxy.stop().await?;
         // Reservations the killed processes left pending are recorded as
         // outcome unknown (what `serve` does for older ones at start-up).
-        spend::sweep_abandoned(&db.pool, 0).await?;
+        spend::sweep_abandoned(&db.pool, -3600).await?;
 
         let (spent_cents, reserved_cents): (i64, i64) =
             sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
@@ -197,9 +226,16 @@ impl Load {
                 .fetch_one(&db.pool)
                 .await?;
         let (audit_rows, audited_charges): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(DISTINCT idempotency_key) FROM audit_log WHERE vault_key_id = $1",
+            "SELECT count(*), count(DISTINCT idempotency_key) FROM audit_log
+             WHERE vault_key_id = $1 AND (idempotency_key LIKE 'charge-%')",
         )
         .bind(key.id)
+        .fetch_one(&db.pool)
+        .await?;
+        let hostile_audit_rows: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM audit_log
+             WHERE vault_key_id IS NULL OR idempotency_key IS NULL OR idempotency_key NOT LIKE 'charge-%'",
+        )
         .fetch_one(&db.pool)
         .await?;
         let charged = stripe.charges();
@@ -227,7 +263,11 @@ impl Load {
             succeeded: tally.succeeded,
             refused_cap: tally.refused_cap,
             other_answers: tally.other_answers,
+            hostile: self.hostile,
+            hostile_not_refused: tally.hostile_not_refused,
+            hostile_audit_rows,
             retries: tally.retries,
+            in_flight_retries: tally.in_flight_retries,
             upstream_charges: charged.len(),
             upstream_cents: charged.len() as i64 * AMOUNT,
             cap_cents,
@@ -245,11 +285,13 @@ impl Report {
     pub fn print(&self, name: &str) {
         println!("\n{name}: {:.1} s", self.elapsed.as_secs_f64());
         println!(
-            "  answers         {} succeeded, {} refused for the cap, {} other, {} retried after a broken connection",
+            "  answers         {} succeeded, {} refused for the cap, {} other, {} retried after a broken connection \
+             ({} answers 409 while the killed call's lease ran)",
             self.succeeded,
             self.refused_cap,
             self.other_answers.len(),
-            self.retries
+            self.retries,
+            self.in_flight_retries
         );
         println!(
             "  Stripe charged  {} charges, {} cents (cap {} cents)",
@@ -263,6 +305,14 @@ impl Report {
             "  audit log       {} rows for {} of {} charges",
             self.audit_rows, self.audited_charges, self.attempts
         );
+        if self.hostile > 0 {
+            println!(
+                "  hostile calls   {} sent, {} refused, {} audit rows",
+                self.hostile,
+                self.hostile - self.hostile_not_refused.len(),
+                self.hostile_audit_rows
+            );
+        }
     }
 
     /// Without kills: exactly `admits` charges succeed and everything adds
@@ -290,6 +340,17 @@ impl Report {
     /// With or without kills: never a cent over the cap, and every charge
     /// and every call accounted for.
     pub fn check_held(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.hostile_not_refused.is_empty(),
+            "hostile calls not refused: {:?}",
+            &self.hostile_not_refused[..self.hostile_not_refused.len().min(5)]
+        );
+        ensure!(
+            self.hostile_audit_rows >= self.hostile as i64,
+            "{} hostile calls, {} audit rows for them",
+            self.hostile,
+            self.hostile_audit_rows
+        );
         ensure!(
             self.other_answers.is_empty(),
             "unexpected answers: {:?}",
@@ -351,7 +412,9 @@ struct Tally {
     succeeded: usize,
     refused_cap: usize,
     other_answers: Vec<String>,
+    hostile_not_refused: Vec<String>,
     retries: usize,
+    in_flight_retries: usize,
     charge_ids: Vec<String>,
 }
 
@@ -360,7 +423,9 @@ impl Tally {
         self.succeeded += other.succeeded;
         self.refused_cap += other.refused_cap;
         self.other_answers.extend(other.other_answers);
+        self.hostile_not_refused.extend(other.hostile_not_refused);
         self.retries += other.retries;
+        self.in_flight_retries += other.in_flight_retries;
         self.charge_ids.extend(other.charge_ids);
     }
 }
@@ -414,6 +479,14 @@ impl Charger {
                 Err(err) => return Err(err.into()),
             };
             let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            if status.as_u16() == 409 && body["error"]["code"] == "idempotency_key_in_use" {
+                // The call was in flight in a killed process: until the
+                // time that process answered for it has passed, Vaultcap
+                // says so, as Stripe would. Retried as Stripe's SDKs do.
+                tally.in_flight_retries += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
             match status.as_u16() {
                 200 => {
                     tally.succeeded += 1;
@@ -425,6 +498,64 @@ impl Charger {
                 _ => tally.other_answers.push(format!("{status}: {body}")),
             }
             return Ok(());
+        }
+    }
+}
+
+impl Charger {
+    /// Hostile call `n` (of six kinds, in turn): it must come back 4xx. A
+    /// broken connection (the proxy was killed) is sent again.
+    async fn hostile(&self, n: usize, tally: &mut Tally) -> anyhow::Result<()> {
+        let honest = format!("amount={AMOUNT}&currency=usd&customer=cus_hostile{n}");
+        loop {
+            let base = self.base.borrow().clone();
+            let mut request = self
+                .client
+                .post(format!("{base}/v1/charges"))
+                .header("content-type", "application/x-www-form-urlencoded");
+            request = if n % 6 == 5 {
+                request.header("authorization", "Basic AAAAAA==")
+            } else {
+                request.bearer_auth(&self.secret)
+            };
+            let body = match n % 6 {
+                0 => format!("{honest}&amount=99999"),
+                1 => format!("{honest};amount=99999"),
+                2 => format!("{honest}&metadata%5Bcustomer_id%5D=a%00b"),
+                3 => {
+                    request = request.header("idempotency-key", "k".repeat(6000));
+                    honest.clone()
+                }
+                4 => {
+                    request = request
+                        .header("idempotency-key", format!("hostile-{n}-a"))
+                        .header("idempotency-key", format!("hostile-{n}-b"));
+                    honest.clone()
+                }
+                _ => honest.clone(),
+            };
+            match request.body(body).send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    if !status.is_client_error() {
+                        let body = response.text().await.unwrap_or_default();
+                        tally
+                            .hostile_not_refused
+                            .push(format!("hostile {n}: {status} {body}"));
+                    }
+                    return Ok(());
+                }
+                Err(err) if err.is_connect() || err.is_request() || err.is_body() => {
+                    let mut base_rx = self.base.clone();
+                    tokio::time::timeout(
+                        Duration::from_secs(60),
+                        base_rx.wait_for(|current| *current != base),
+                    )
+                    .await
+                    .context("the proxy did not come back within 60 s")??;
+                }
+                Err(err) => return Err(err.into()),
+            }
         }
     }
 }
