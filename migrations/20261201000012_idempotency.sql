@@ -114,8 +114,11 @@ BEGIN
             IF prior.state = 'released' OR prior.created_at < now() - interval '24 hours' THEN
                 UPDATE reservations SET superseded = true WHERE id = prior.id;
             ELSE
-                -- Reservations from before fingerprints (NULL) keep the old reading.
-                same := prior.fingerprint IS NULL OR prior.fingerprint = p_fingerprint;
+                -- A settled reservation from before fingerprints (NULL) keeps
+                -- the old reading, a replay (Stripe compares parameters
+                -- itself); one still open is taken for another request.
+                same := prior.fingerprint = p_fingerprint
+                        OR (prior.fingerprint IS NULL AND prior.state = 'settled');
                 abandoned := prior.state = 'pending' AND prior.claimed_until < now();
                 RETURN QUERY SELECT
                     CASE WHEN NOT same THEN 'idempotency_mismatch'
@@ -247,8 +250,11 @@ BEGIN
     UPDATE reservations SET state = p_state, settled_at = now(),
         stripe_charge_id = CASE
             WHEN p_state IN ('settled', 'outcome_unknown') AND p_charge IS NOT NULL
-                 AND NOT EXISTS (SELECT 1 FROM reservations o WHERE o.stripe_charge_id = p_charge)
-            THEN p_charge END,
+                 AND NOT EXISTS (SELECT 1 FROM reservations o
+                                 WHERE o.stripe_charge_id = p_charge AND o.id <> p_reservation)
+            THEN p_charge
+            -- Settled again (a retry of an unknown outcome): what it knew stays.
+            ELSE stripe_charge_id END,
         payment_intent = CASE WHEN p_charge LIKE 'pi\_%' AND payment_intent IS NULL THEN p_charge
                               ELSE payment_intent END
     WHERE id = p_reservation AND state = 'pending'
@@ -354,10 +360,18 @@ BEGIN
         FROM jsonb_to_recordset(p_calls)
              AS x(vault_key_id bigint, reservation_id bigint, settlement text, stripe_object_id text,
                   duplicate_of text, billing_period text, metadata_customer_id text, currency text,
-                  amount_cents bigint, idempotency_key text)
-        WHERE x.reservation_id IS NOT NULL
-        ORDER BY x.vault_key_id, x.reservation_id
+                  amount_cents bigint, idempotency_key text, release jsonb)
+        WHERE x.reservation_id IS NOT NULL OR x.release IS NOT NULL
+        -- In key order, as every ledger writer locks keys.
+        ORDER BY x.vault_key_id, x.reservation_id NULLS LAST
     LOOP
+        IF c.release IS NOT NULL THEN
+            -- A payment intent Stripe cancelled or captured for less.
+            PERFORM release_intent(c.vault_key_id, c.release->>'intent', (c.release->>'keep_cents')::bigint);
+        END IF;
+        IF c.reservation_id IS NULL THEN
+            CONTINUE;
+        END IF;
         PERFORM settle_spend(c.reservation_id, c.settlement, c.stripe_object_id);
         IF c.settlement <> 'settled' OR c.stripe_object_id IS NULL OR c.duplicate_of IS NULL THEN
             CONTINUE;
@@ -382,16 +396,6 @@ BEGIN
             last_detected_at = now(),
             resolution = NULL, resolved_at = NULL, resolved_by = NULL, resolution_note = NULL
         WHERE NOT (c.stripe_object_id = ANY (f.charge_ids));
-    END LOOP;
-
-    -- Payment intents Stripe cancelled or captured for less than metered.
-    FOR c IN
-        SELECT x.vault_key_id, x.release
-        FROM jsonb_to_recordset(p_calls) AS x(vault_key_id bigint, release jsonb)
-        WHERE x.release IS NOT NULL
-        ORDER BY x.vault_key_id
-    LOOP
-        PERFORM release_intent(c.vault_key_id, c.release->>'intent', (c.release->>'keep_cents')::bigint);
     END LOOP;
 
     INSERT INTO audit_log (request_id, vault_key_id, key_prefix, method, path, stripe_customer,

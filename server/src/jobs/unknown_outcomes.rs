@@ -17,16 +17,17 @@
 
 use axum::http::{header, HeaderMap, HeaderValue, Method};
 use bytes::Bytes;
-use chrono::Utc;
+use std::time::Instant;
+
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::proxy::{
-    object_id, refused_by_stripe,
+    settle_answer,
     upstream::{Upstream, UpstreamError},
 };
 use app::{
-    domain::Decision,
+    domain::{moves_money, Decision},
     ssr::data::{
         audit::AuditEntry,
         spend::{self, CallRecord, Settlement},
@@ -79,10 +80,20 @@ pub async fn resolve(pool: &PgPool, upstream: &Upstream) -> Result<Resolved, sql
                 r.billing_period, r.stripe_customer, r.metadata_customer_id
          FROM reservations r JOIN vault_keys k ON k.id = r.vault_key_id
          WHERE r.state = 'outcome_unknown' AND NOT r.superseded
+           -- Never a new charge under a key nobody may use any more.
+           AND k.revoked_at IS NULL AND k.expires_at > now()
            AND coalesce(r.settled_at, r.claimed_until) < now() - interval '5 minutes'
            AND ((r.payment_intent IS NOT NULL AND r.stripe_charge_id = r.payment_intent)
                 OR (r.idempotency_key IS NOT NULL AND r.request_body IS NOT NULL
-                    AND r.created_at > now() - interval '23 hours'))
+                    AND r.created_at > now() - interval '23 hours'
+                    -- If the job charged the customer again since (another
+                    -- key), sending this again could charge them twice:
+                    -- a person decides.
+                    AND NOT EXISTS (
+                        SELECT 1 FROM reservations o
+                        WHERE o.id <> r.id AND o.metadata_customer_id = r.metadata_customer_id
+                          AND o.billing_period = r.billing_period
+                          AND o.state IN ('pending', 'settled', 'outcome_unknown'))))
          ORDER BY r.id
          LIMIT $1",
     )
@@ -115,7 +126,11 @@ pub async fn resolve(pool: &PgPool, upstream: &Upstream) -> Result<Resolved, sql
             Some(Settlement::Released) => resolved.released += 1,
             _ => resolved.still_unknown += 1,
         }
-        spend::record_many(pool, &[record]).await?;
+        // One call that cannot be written stops only itself: it stays
+        // pending, and the sweep records it as unknown again.
+        if let Err(err) = spend::record_many(pool, &[record]).await {
+            tracing::error!(error = %err, reservation = call.id, "could not record what Stripe said");
+        }
     }
     Ok(resolved)
 }
@@ -162,21 +177,20 @@ async fn resend(upstream: &Upstream, call: &Unknown) -> CallRecord {
     }
     let method = Method::from_bytes(call.method.as_bytes()).unwrap_or(Method::POST);
     let body = Bytes::from(call.request_body.clone().unwrap_or_default());
-    let started = Utc::now();
+    let started = Instant::now();
     let answer = upstream.forward(&method, &call.path, &headers, body).await;
-    record.entry.latency_ms = (Utc::now() - started).num_milliseconds() as i32;
+    record.entry.latency_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
     match answer {
         Ok(answer) => {
             record.entry.upstream_status = Some(answer.status.as_u16() as i16);
-            if answer.status.is_success() {
-                record.entry.stripe_object_id = object_id(&answer.body);
-                record.settlement = Some(Settlement::Spent);
-            } else if refused_by_stripe(answer.status, true) {
-                record.settlement = Some(Settlement::Released);
-            }
+            let creates = moves_money(&call.method, &call.path);
+            let outcome = settle_answer(upstream, answer.status, &answer.body, creates, true).await;
+            record.settlement = Some(outcome.settlement);
+            record.entry.stripe_object_id = outcome.object.or(record.entry.stripe_object_id.take());
             record.entry.message = Some(format!(
-                "Vaultcap sent the call of unknown outcome again with its Idempotency-Key; Stripe answered {}",
-                answer.status
+                "Vaultcap sent the call of unknown outcome again with its Idempotency-Key; Stripe answered {}{}",
+                answer.status,
+                outcome.note.map(|note| format!(": {note}")).unwrap_or_default()
             ));
         }
         Err(err) => {

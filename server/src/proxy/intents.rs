@@ -68,6 +68,13 @@ impl Step {
                 keep: Some(0),
             }),
             Step::Capture => {
+                // Several captures of one intent (multicapture) would each
+                // give back what the others take: one final capture only.
+                if params.get("final_capture").is_some_and(|v| v != "true") {
+                    return Err(StripeError::invalid_request(
+                        "a vault key captures a payment intent once: final_capture must be true",
+                    ));
+                }
                 let Some(raw) = params.get("amount_to_capture") else {
                     return Ok(Plan::default());
                 };

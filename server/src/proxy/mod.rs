@@ -6,6 +6,7 @@ mod intents;
 mod keys;
 mod ledger;
 mod request;
+mod settle;
 mod stripe_error;
 pub mod upstream;
 
@@ -14,7 +15,7 @@ use std::time::Instant;
 use axum::{
     body::Bytes,
     extract::{DefaultBodyLimit, State},
-    http::{header, HeaderMap, Method, StatusCode, Uri},
+    http::{header, HeaderMap, Method, Uri},
     response::{IntoResponse, Response},
     routing::any,
     Router,
@@ -37,6 +38,7 @@ use app::{
 pub use keys::KeyLookup;
 pub use ledger::{Ledger, LedgerError, RESERVE_QUEUE};
 use request::{CallHeaders, Params, MAX_IDEMPOTENCY_KEY};
+pub(crate) use settle::answered as settle_answer;
 use stripe_error::StripeError;
 use upstream::{Upstream, UpstreamError};
 
@@ -111,13 +113,7 @@ impl Call {
         self.entry.message = Some(error.message.clone());
         let entry = self.finish(decision);
         let request_id = entry.request_id;
-        let record = CallRecord {
-            entry,
-            reservation_id: None,
-            settlement: None,
-            duplicate_of: None,
-            release: None,
-        };
+        let record = CallRecord::audit_only(entry);
         if let Err(err) = ledger.record(record).await {
             // Refusing is always safe; the log says the row is missing.
             tracing::error!(error = %err, %request_id, decision = decision.as_str(),
@@ -153,14 +149,19 @@ async fn decide_and_forward(
     let mut call = Call::new(&method, &uri, &headers);
     let (pool, ledger) = (&state.pool, &state.ledger);
 
-    // 1. Who is calling: the vault key, as Stripe SDKs send a key.
-    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
-        let error =
-            StripeError::invalid_request("the Authorization header was sent more than once");
-        return call
-            .refuse(ledger, Decision::RefusedInvalidRequest, error)
-            .await;
-    }
+    // 1. What is asked, read once: the method and path as Stripe routes
+    // them, the headers it acts on, each sent once.
+    let call_headers =
+        match request::check_target(&method, &uri).and_then(|()| CallHeaders::read(&headers)) {
+            Ok(read) => read,
+            Err(error) => {
+                return call
+                    .refuse(ledger, Decision::RefusedInvalidRequest, error)
+                    .await
+            }
+        };
+
+    // 2. Who is calling: the vault key, as Stripe SDKs send a key.
     let presented = match presented_key(&headers) {
         Presented::Missing => {
             return call
@@ -211,15 +212,7 @@ async fn decide_and_forward(
             .await;
     }
 
-    // 2. What it may call, and how: the headers Stripe acts on.
-    let call_headers = match CallHeaders::read(&headers) {
-        Ok(read) => read,
-        Err(error) => {
-            return call
-                .refuse(ledger, Decision::RefusedInvalidRequest, error)
-                .await
-        }
-    };
+    // 3. What it may call.
     let path = uri.path();
     let allowed = key
         .allowed_endpoints
@@ -247,7 +240,7 @@ async fn decide_and_forward(
             .await;
     }
 
-    // 3. What it says: Stripe's form-encoded parameters, read as Stripe reads them.
+    // 4. What it says: Stripe's form-encoded parameters, read as Stripe reads them.
     let body = match body {
         Ok(body) => body,
         Err(rejection) => {
@@ -281,7 +274,7 @@ async fn decide_and_forward(
             .await;
     }
 
-    // 4. Money: checked, then reserved against the cap before anything
+    // 5. Money: checked, then reserved against the cap before anything
     // leaves. Creations are metered whole; steps on a payment intent only
     // for intents this key created, and an update for what it adds.
     let mut reservation = None;
@@ -442,7 +435,7 @@ async fn decide_and_forward(
         }
     }
 
-    // 5. Forward with the real key; no transaction is open meanwhile.
+    // 6. Forward with the real key; no transaction is open meanwhile.
     let path_and_query = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or(path);
     let forwarded_at = Instant::now();
     let outcome = state
@@ -451,46 +444,33 @@ async fn decide_and_forward(
         .await;
     crate::metrics::upstream_answered(forwarded_at.elapsed());
 
-    // 6. Settle and audit, then answer with Stripe's own response.
+    // 7. Settle and audit, then answer with Stripe's own response.
     let mut release = None;
     let (settlement, response) = match outcome {
         Ok(answer) => {
             call.entry.upstream_status = Some(answer.status.as_u16() as i16);
-            let declined_intent = (creates && reservation.is_some())
-                .then(|| intents::declined(&answer.body))
-                .flatten();
-            let settlement = if answer.status.is_success() {
-                call.entry.stripe_object_id = object_id(&answer.body);
-                release = intent_step
-                    .zip(keep)
-                    .map(|((intent, _), keep_cents)| IntentRelease { intent, keep_cents });
-                Settlement::Spent
-            } else if let Some(intent) = declined_intent {
-                // Declined, but alive: it could be confirmed later. Only a
-                // cancelled intent gives its reservation back.
-                call.entry.stripe_object_id = Some(intent.clone());
-                match intents::cancel(&state.upstream, &intent).await {
-                    Ok(()) => {
-                        call.entry.message = Some(format!(
-                            "declined; Vaultcap cancelled {intent} so it cannot be confirmed later"
-                        ));
-                        Settlement::Released
-                    }
-                    Err(reason) => {
-                        decision = Decision::OutcomeUnknown;
-                        call.entry.message = Some(format!(
-                            "declined, and Vaultcap could not cancel {intent} ({reason}): \
-                             it stays reserved until Stripe says it is cancelled"
-                        ));
-                        Settlement::Unknown
-                    }
+            let outcome = settle::answered(
+                &state.upstream,
+                answer.status,
+                &answer.body,
+                creates && reservation.is_some(),
+                retrying_unknown,
+            )
+            .await;
+            call.entry.stripe_object_id = outcome.object.or(call.entry.stripe_object_id.take());
+            if outcome.note.is_some() {
+                call.entry.message = outcome.note;
+            }
+            let settlement = outcome.settlement;
+            match settlement {
+                Settlement::Spent => {
+                    release = intent_step
+                        .zip(keep)
+                        .map(|((intent, _), keep_cents)| IntentRelease { intent, keep_cents })
                 }
-            } else if refused_by_stripe(answer.status, retrying_unknown) {
-                Settlement::Released
-            } else {
-                decision = Decision::OutcomeUnknown;
-                Settlement::Unknown
-            };
+                Settlement::Unknown => decision = Decision::OutcomeUnknown,
+                Settlement::Released => {}
+            }
             (
                 settlement,
                 (answer.status, answer.headers, answer.body).into_response(),
@@ -536,20 +516,6 @@ async fn decide_and_forward(
     response
 }
 
-/// Whether Stripe's 4xx shows that no money moved for this call. A fresh
-/// call that Stripe refused made nothing. A retry of a call whose outcome
-/// was unknown proves it only by an answer about the request itself (bad
-/// parameters, a decline, no such object), which Stripe replays for a call
-/// that ran: a 409 (the original still running), a 429 or an auth error
-/// says nothing about the original, which stays reserved.
-pub(crate) fn refused_by_stripe(status: StatusCode, retrying_unknown: bool) -> bool {
-    if retrying_unknown {
-        matches!(status.as_u16(), 400 | 402 | 404)
-    } else {
-        status.is_client_error()
-    }
-}
-
 /// The ledger could not be written: fail closed, forward nothing. The audit
 /// row is attempted in the background (a call that failed alone, on a
 /// working database, still gets one); the answer does not wait for it.
@@ -562,13 +528,7 @@ async fn unavailable(call: Call, ledger: &Ledger, err: impl std::fmt::Display) -
     let request_id = entry.request_id;
     let ledger = ledger.clone();
     tokio::spawn(async move {
-        let record = CallRecord {
-            entry,
-            reservation_id: None,
-            settlement: None,
-            duplicate_of: None,
-            release: None,
-        };
+        let record = CallRecord::audit_only(entry);
         if let Err(err) = ledger.record(record).await {
             tracing::error!(error = %err, %request_id, "could not write the audit row of a call refused as unavailable");
         }
@@ -624,10 +584,4 @@ fn presented_key(headers: &HeaderMap) -> Presented {
     } else {
         Presented::Malformed
     }
-}
-
-/// The `id` of the object Stripe returned (`ch_…`, `pi_…`).
-pub(crate) fn object_id(body: &[u8]) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    value.get("id")?.as_str().map(str::to_owned)
 }

@@ -23,12 +23,36 @@ pub const MAX_METADATA_KEY_CHARS: usize = 40;
 pub const MAX_METADATA_VALUE_CHARS: usize = 500;
 
 /// Headers Stripe acts on: each may be sent once at most.
-const SINGLE_HEADERS: [HeaderName; 4] = [
+const SINGLE_HEADERS: [HeaderName; 5] = [
     header::AUTHORIZATION,
+    header::CONTENT_TYPE,
     HeaderName::from_static("idempotency-key"),
     HeaderName::from_static("stripe-account"),
     HeaderName::from_static("stripe-version"),
 ];
+
+/// The method and path as Stripe routes them: exactly `GET` or `POST` (a
+/// method's case matters to HTTP, not to every check that reads it), and a
+/// path without `.` or `..` segments or escapes, which an HTTP client may
+/// resolve into another path than the one the endpoint check allowed.
+pub fn check_target(method: &Method, uri: &Uri) -> Result<(), StripeError> {
+    if method != Method::GET && method != Method::POST {
+        return Err(StripeError::invalid_request(format!(
+            "Stripe's API takes GET and POST here, not {method}"
+        )));
+    }
+    let path = uri.path();
+    if path.contains('%')
+        || path
+            .split('/')
+            .any(|segment| segment == "." || segment == "..")
+    {
+        return Err(StripeError::invalid_request(format!(
+            "the path {path:?} holds escapes or dot segments; send the plain path"
+        )));
+    }
+    Ok(())
+}
 
 /// The headers a call is decided on, each present at most once and readable.
 #[derive(Debug, Clone, Default)]

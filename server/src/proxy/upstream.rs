@@ -85,10 +85,12 @@ impl Upstream {
         })
     }
 
-    /// How long a process answers for a call it sent: the upstream timeout
-    /// and time to settle it. A pending call older than this was abandoned.
+    /// How long a process answers for a call it sent: two upstream
+    /// requests (a declined payment intent is cancelled before its call
+    /// settles) and time to settle. A pending call older than this was
+    /// abandoned.
     pub fn lease(&self) -> Duration {
-        self.timeout + Duration::from_secs(10)
+        2 * self.timeout + Duration::from_secs(10)
     }
 
     pub fn is_configured(&self) -> bool {

@@ -485,3 +485,48 @@ async fn a_retry_takes_over_a_call_whose_process_stopped_and_settles_it(pool: Pg
         "the lost answer, the stopped call, the retry"
     );
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn console_work_holding_every_connection_does_not_starve_billing(pool: PgPool) {
+    let (app, stripe, key, key_id) = proxy_with_key(pool.clone(), 5000).await;
+    // Ten slow exports or syncs: every connection of the console's pool held.
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(app.pool.acquire().await.unwrap());
+    }
+    let charged = app
+        .stripe("/v1/charges", &key, &charge(700, "cus_1"), &[])
+        .await;
+    assert_eq!(charged.status, StatusCode::OK, "{}", charged.body);
+    assert_eq!(stripe.charged(), (700, 1));
+    drop(held);
+    assert_eq!(money(&pool, key_id).await, (700, 0));
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn methods_and_paths_an_http_client_would_rewrite_are_refused(pool: PgPool) {
+    let (app, stripe, key, key_id) = proxy_with_key(pool.clone(), 5000).await;
+    for (method, uri) in [
+        ("post", "/v1/charges"),
+        ("PUT", "/v1/charges"),
+        ("POST", "/v1/customers/%2e%2e/charges"),
+        ("POST", "/v1/x/../charges"),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("authorization", format!("Bearer {key}"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(charge(100, "cus_1")))
+            .unwrap();
+        let refused = app.send(request).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::BAD_REQUEST,
+            "{method} {uri}: {}",
+            refused.body
+        );
+    }
+    assert!(stripe.seen().is_empty());
+    assert_eq!(money(&pool, key_id).await, (0, 0));
+}

@@ -196,6 +196,14 @@ async fn a_capture_takes_no_more_than_was_metered_and_a_partial_one_gives_the_re
     let capture = format!("/v1/payment_intents/{intent}/capture");
     let (too_much, body) = setup.call(&key, &capture, "amount_to_capture=1000").await;
     assert_eq!(too_much, StatusCode::BAD_REQUEST, "{body}");
+    let (partial, body) = setup
+        .call(&key, &capture, "amount_to_capture=100&final_capture=false")
+        .await;
+    assert_eq!(
+        partial,
+        StatusCode::BAD_REQUEST,
+        "one final capture: {body}"
+    );
     let (captured, body) = setup.call(&key, &capture, "amount_to_capture=600").await;
     assert_eq!(captured, StatusCode::OK, "{body}");
     assert_eq!(setup.stripe.charged(), (600, 1));

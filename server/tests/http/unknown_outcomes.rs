@@ -121,6 +121,15 @@ async fn a_declined_intent_left_alive_is_cancelled_later_and_then_released(pool:
         .unwrap()
         .to_owned();
     assert_eq!(money(&pool, key_id).await, (0, 900));
+    // Asked while Stripe still fails: it stays bound to its key, reserved.
+    later(&pool).await;
+    let resolved = resolve(&app.pool, &upstream(&stripe)).await.unwrap();
+    assert_eq!(resolved.still_unknown, 1, "{resolved:?}");
+    let bound: Option<String> = sqlx::query_scalar("SELECT stripe_charge_id FROM reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(bound.as_deref(), Some(intent.as_str()));
     stripe.fail_cancels(false);
     later(&pool).await;
     let resolved = resolve(&app.pool, &upstream(&stripe)).await.unwrap();

@@ -158,6 +158,19 @@ pub struct CallRecord {
     pub release: Option<IntentRelease>,
 }
 
+impl CallRecord {
+    /// A call that holds no reservation: only its audit row.
+    pub fn audit_only(entry: AuditEntry) -> Self {
+        Self {
+            entry,
+            reservation_id: None,
+            settlement: None,
+            duplicate_of: None,
+            release: None,
+        }
+    }
+}
+
 /// What a payment intent took in the end (`keep_cents`; 0 when cancelled).
 #[derive(Debug, Clone, Serialize)]
 pub struct IntentRelease {
