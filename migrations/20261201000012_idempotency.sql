@@ -89,6 +89,7 @@ RETURNS TABLE (outcome text, reservation_id bigint, cap bigint, spent bigint, re
 LANGUAGE plpgsql AS $$
 DECLARE
     k record;
+    fits boolean;
     prior record;
     new_id bigint;
     used bigint;
@@ -97,13 +98,25 @@ DECLARE
     abandoned boolean;
     same boolean;
 BEGIN
-    SELECT v.cap_cents, v.spent_cents, v.reserved_cents, v.alert_thresholds_pct, v.duplicate_policy,
-           v.revoked_at IS NULL AND v.expires_at > now() AS usable
-    INTO k FROM vault_keys v WHERE v.id = p_key FOR UPDATE;
-    IF NOT FOUND OR NOT k.usable THEN
-        RETURN QUERY SELECT 'unusable'::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
-                            NULL::text, NULL::text;
-        RETURN;
+    -- The key's row is locked first, by the UPDATE that reserves when the
+    -- amount fits (the common case: one statement, as before), else by a
+    -- plain lock. Every outcome below but `reserved` gives the amount back.
+    UPDATE vault_keys v SET reserved_cents = v.reserved_cents + p_amount
+    WHERE v.id = p_key AND v.revoked_at IS NULL AND v.expires_at > now()
+      AND v.spent_cents + v.reserved_cents + p_amount <= v.cap_cents
+    RETURNING v.cap_cents, v.spent_cents, v.reserved_cents - p_amount AS reserved_cents,
+              v.alert_thresholds_pct, v.duplicate_policy
+    INTO k;
+    fits := FOUND;
+    IF NOT fits THEN
+        SELECT v.cap_cents, v.spent_cents, v.reserved_cents, v.alert_thresholds_pct, v.duplicate_policy,
+               v.revoked_at IS NULL AND v.expires_at > now() AS usable
+        INTO k FROM vault_keys v WHERE v.id = p_key FOR UPDATE;
+        IF NOT FOUND OR NOT k.usable THEN
+            RETURN QUERY SELECT 'unusable'::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
+                                NULL::text, NULL::text;
+            RETURN;
+        END IF;
     END IF;
 
     IF p_idempotency_key IS NOT NULL THEN
@@ -114,6 +127,9 @@ BEGIN
             IF prior.state = 'released' OR prior.created_at < now() - interval '24 hours' THEN
                 UPDATE reservations SET superseded = true WHERE id = prior.id;
             ELSE
+                IF fits THEN
+                    UPDATE vault_keys SET reserved_cents = reserved_cents - p_amount WHERE id = p_key;
+                END IF;
                 -- A settled reservation from before fingerprints (NULL) keeps
                 -- the old reading, a replay (Stripe compares parameters
                 -- itself); one still open is taken for another request.
@@ -139,7 +155,7 @@ BEGIN
         END IF;
     END IF;
 
-    IF k.spent_cents + k.reserved_cents + p_amount > k.cap_cents THEN
+    IF NOT fits THEN
         INSERT INTO alerts (vault_key_id, kind, committed_cents, cap_cents, amount_cents)
         VALUES (p_key, 'cap_refused', k.spent_cents + k.reserved_cents, k.cap_cents, p_amount)
         ON CONFLICT ON CONSTRAINT alerts_once
@@ -170,6 +186,7 @@ BEGIN
         ORDER BY r.state = 'settled' DESC, r.id
         LIMIT 1;
         IF FOUND AND k.duplicate_policy = 'block' THEN
+            UPDATE vault_keys SET reserved_cents = reserved_cents - p_amount WHERE id = p_key;
             RETURN QUERY SELECT 'duplicate'::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
                                 earlier_id, earlier_st;
             RETURN;
@@ -190,7 +207,6 @@ BEGIN
             CASE WHEN p_idempotency_key IS NOT NULL THEN p_request_body END, p_stripe_version,
             now() + make_interval(secs => p_lease_secs))
     RETURNING id INTO new_id;
-    UPDATE vault_keys SET reserved_cents = reserved_cents + p_amount WHERE id = p_key;
 
     used := k.spent_cents + k.reserved_cents + p_amount;
     INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents)
@@ -235,16 +251,28 @@ BEGIN
 END
 $$;
 
--- As before, with the key's row locked first (the lock order above).
+-- As before, in the lock order above: the key's row first, by the UPDATE
+-- that moves the money, then the reservation; if someone else decided the
+-- reservation between the two (the sweep, a retry taking it over), the
+-- money goes back and nothing changed.
 CREATE OR REPLACE FUNCTION settle_spend(p_reservation bigint, p_state text, p_charge text)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     key_id bigint;
     amount bigint;
+    spend bigint;
+    give_back bigint;
 BEGIN
-    PERFORM 1 FROM vault_keys
-    WHERE id = (SELECT vault_key_id FROM reservations WHERE id = p_reservation) FOR UPDATE;
+    SELECT vault_key_id, amount_cents INTO key_id, amount
+    FROM reservations WHERE id = p_reservation AND state = 'pending';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    spend := CASE WHEN p_state = 'settled' THEN amount ELSE 0 END;
+    give_back := CASE WHEN p_state IN ('settled', 'released') THEN amount ELSE 0 END;
+    UPDATE vault_keys SET reserved_cents = reserved_cents - give_back, spent_cents = spent_cents + spend
+    WHERE id = key_id;
     -- An unknown outcome keeps Stripe's object id too: a declined payment
     -- intent that could not be cancelled stays reserved, bound to its key.
     UPDATE reservations SET state = p_state, settled_at = now(),
@@ -257,16 +285,11 @@ BEGIN
             ELSE stripe_charge_id END,
         payment_intent = CASE WHEN p_charge LIKE 'pi\_%' AND payment_intent IS NULL THEN p_charge
                               ELSE payment_intent END
-    WHERE id = p_reservation AND state = 'pending'
-    RETURNING vault_key_id, amount_cents INTO key_id, amount;
+    WHERE id = p_reservation AND state = 'pending';
     IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    IF p_state = 'settled' THEN
-        UPDATE vault_keys SET reserved_cents = reserved_cents - amount, spent_cents = spent_cents + amount
+        UPDATE vault_keys SET reserved_cents = reserved_cents + give_back, spent_cents = spent_cents - spend
         WHERE id = key_id;
-    ELSIF p_state = 'released' THEN
-        UPDATE vault_keys SET reserved_cents = reserved_cents - amount WHERE id = key_id;
+        RETURN false;
     END IF;
     RETURN true;
 END

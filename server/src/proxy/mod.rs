@@ -149,19 +149,21 @@ async fn decide_and_forward(
     let mut call = Call::new(&method, &uri, &headers);
     let (pool, ledger) = (&state.pool, &state.ledger);
 
-    // 1. What is asked, read once: the method and path as Stripe routes
-    // them, the headers it acts on, each sent once.
-    let call_headers =
-        match request::check_target(&method, &uri).and_then(|()| CallHeaders::read(&headers)) {
-            Ok(read) => read,
-            Err(error) => {
-                return call
-                    .refuse(ledger, Decision::RefusedInvalidRequest, error)
-                    .await
-            }
-        };
+    // 1. What is asked: the method and path as Stripe routes them.
+    if let Err(error) = request::check_target(&method, &uri) {
+        return call
+            .refuse(ledger, Decision::RefusedInvalidRequest, error)
+            .await;
+    }
 
-    // 2. Who is calling: the vault key, as Stripe SDKs send a key.
+    // 2. Who is calling: the vault key, as Stripe SDKs send a key (once).
+    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+        let error =
+            StripeError::invalid_request("the Authorization header was sent more than once");
+        return call
+            .refuse(ledger, Decision::RefusedInvalidRequest, error)
+            .await;
+    }
     let presented = match presented_key(&headers) {
         Presented::Missing => {
             return call
@@ -212,7 +214,16 @@ async fn decide_and_forward(
             .await;
     }
 
-    // 3. What it may call.
+    // 3. What it may call, and the headers Stripe acts on, each sent once
+    // (refused with the key named in the audit row).
+    let call_headers = match CallHeaders::read(&headers) {
+        Ok(read) => read,
+        Err(error) => {
+            return call
+                .refuse(ledger, Decision::RefusedInvalidRequest, error)
+                .await
+        }
+    };
     let path = uri.path();
     let allowed = key
         .allowed_endpoints

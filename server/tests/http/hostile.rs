@@ -13,7 +13,7 @@ use sqlx::PgPool;
 
 use crate::{
     helpers::{TestApp, TestResponse},
-    proxy::{proxy_waiting, proxy_with_key},
+    proxy::{money, proxy_waiting, proxy_with_key},
 };
 
 /// A charge of `cents` for Stripe customer `customer`.
@@ -21,14 +21,6 @@ fn charge(cents: i64, customer: &str) -> String {
     format!(
         "amount={cents}&currency=usd&customer={customer}&metadata%5Bcustomer_id%5D=c_{customer}"
     )
-}
-
-async fn money(pool: &PgPool, key_id: i64) -> (i64, i64) {
-    sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
-        .bind(key_id)
-        .fetch_one(pool)
-        .await
-        .unwrap()
 }
 
 async fn audit_rows(pool: &PgPool) -> Vec<(String, Option<String>)> {

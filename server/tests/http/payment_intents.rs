@@ -58,11 +58,7 @@ impl Setup {
     }
 
     async fn money(&self, key_id: i64) -> (i64, i64) {
-        sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
-            .bind(key_id)
-            .fetch_one(&self.app.pool)
-            .await
-            .unwrap()
+        crate::proxy::money(&self.app.pool, key_id).await
     }
 }
 

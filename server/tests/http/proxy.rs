@@ -59,7 +59,8 @@ pub(crate) async fn charge_at_once(app: &TestApp, key: &str, count: usize) -> Ve
     calls.join_all().await
 }
 
-async fn money(pool: &PgPool, key_id: i64) -> (i64, i64) {
+/// A key's spent and reserved cents.
+pub(crate) async fn money(pool: &PgPool, key_id: i64) -> (i64, i64) {
     sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
         .bind(key_id)
         .fetch_one(pool)

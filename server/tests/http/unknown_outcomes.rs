@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use crate::{
     fake_stripe::FakeStripe,
     helpers::{TestApp, REAL_STRIPE_KEY},
-    proxy::proxy_with_key,
+    proxy::{money, proxy_with_key},
 };
 use server::{
     jobs::unknown_outcomes::{resolve, Resolved},
@@ -22,14 +22,6 @@ use server::{
 fn upstream(stripe: &FakeStripe) -> Upstream {
     let secret = StripeSecret::new(REAL_STRIPE_KEY.into());
     Upstream::new(&stripe.base, Some(secret), Duration::from_secs(2)).unwrap()
-}
-
-async fn money(pool: &PgPool, key_id: i64) -> (i64, i64) {
-    sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
-        .bind(key_id)
-        .fetch_one(pool)
-        .await
-        .unwrap()
 }
 
 /// Five minutes and a bit pass since the calls became unknown.
