@@ -51,7 +51,10 @@ UPDATE reservations SET claimed_until = created_at + interval '2 minutes';
 DROP INDEX reservations_idempotency_idx;
 CREATE UNIQUE INDEX reservations_idempotency_idx ON reservations (vault_key_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND NOT superseded;
-CREATE INDEX reservations_pending_idx ON reservations (claimed_until) WHERE state = 'pending';
+-- The sweep and the unknown-outcome job look for open calls by their lease.
+DROP INDEX reservations_open_idx;
+CREATE INDEX reservations_open_idx ON reservations (claimed_until)
+    WHERE state IN ('pending', 'outcome_unknown');
 CREATE INDEX reservations_payment_intent_idx ON reservations (vault_key_id, payment_intent)
     WHERE payment_intent IS NOT NULL;
 ALTER TABLE reservations ADD CONSTRAINT reservations_released_within
@@ -204,7 +207,7 @@ BEGIN
                               payment_intent, request_body, stripe_version, claimed_until)
     VALUES (p_key, p_request, p_idempotency_key, p_fingerprint, p_amount, p_method, p_path,
             p_stripe_customer, p_metadata_customer_id, p_billing_period, p_currency, p_payment_intent,
-            CASE WHEN p_idempotency_key IS NOT NULL THEN p_request_body END, p_stripe_version,
+            p_request_body, p_stripe_version,
             now() + make_interval(secs => p_lease_secs))
     RETURNING id INTO new_id;
 

@@ -62,14 +62,14 @@ impl Ledger {
     pub fn start(pool: PgPool, reserve_queue: usize) -> Self {
         let reserve = Batcher::start(reserve_queue, true, {
             let pool = pool.clone();
-            move |calls| {
+            move |calls: Arc<[ReserveCall]>| {
                 let pool = pool.clone();
                 async move { spend::reserve_many(&pool, &calls).await }
             }
         });
         // Settlements are never turned away (Stripe has answered them): a
         // full queue makes them wait for room.
-        let record = Batcher::start(RECORD_QUEUE, false, move |calls: Vec<CallRecord>| {
+        let record = Batcher::start(RECORD_QUEUE, false, move |calls: Arc<[CallRecord]>| {
             let pool = pool.clone();
             async move {
                 spend::record_many(&pool, &calls).await?;
@@ -110,10 +110,10 @@ impl<T, R> Clone for Batcher<T, R> {
     }
 }
 
-impl<T: Clone + Send + 'static, R: Send + 'static> Batcher<T, R> {
+impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
     fn start<W, F>(limit: usize, turn_away: bool, write: W) -> Self
     where
-        W: Fn(Vec<T>) -> F + Send + 'static,
+        W: Fn(Arc<[T]>) -> F + Send + 'static,
         F: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
     {
         let (queue, waiting) = mpsc::channel(limit.max(1));
@@ -142,16 +142,17 @@ impl<T: Clone + Send + 'static, R: Send + 'static> Batcher<T, R> {
 }
 
 /// The writer: whatever is waiting, in one write; a failed batch again one
-/// call at a time, so a bad call fails alone.
+/// call at a time, so a bad call fails alone (only then are calls copied).
 async fn write_batches<T, R, W, F>(mut waiting: mpsc::Receiver<(T, Reply<R>)>, write: W)
 where
     T: Clone,
-    W: Fn(Vec<T>) -> F,
+    W: Fn(Arc<[T]>) -> F,
     F: Future<Output = Result<Vec<R>, sqlx::Error>>,
 {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while waiting.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.drain(..).unzip();
+        let items: Arc<[T]> = items.into();
         let alone = items.len() == 1;
         match write(items.clone()).await {
             Ok(results) => answer(replies, results.into_iter().map(Ok)),
@@ -160,8 +161,8 @@ where
                 crate::metrics::ledger_failed("batch");
                 tracing::warn!(error = %err, calls = items.len(),
                     "a ledger batch failed; writing its calls one by one");
-                for (item, reply) in items.into_iter().zip(replies) {
-                    let result = match write(vec![item]).await {
+                for (item, reply) in items.iter().zip(replies) {
+                    let result = match write(Arc::from([item.clone()])).await {
                         Ok(mut results) => results.pop().ok_or_else(|| {
                             LedgerError::Failed(Arc::new("the ledger returned no outcome".into()))
                         }),

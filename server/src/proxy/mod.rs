@@ -356,7 +356,10 @@ async fn decide_and_forward(
             billing_period: key.billing_period.clone(),
             currency: Some(key.currency.clone()),
             payment_intent: raises_intent,
-            request_body: String::from_utf8_lossy(&body).into_owned(),
+            request_body: call_headers
+                .idempotency_key
+                .is_some()
+                .then(|| String::from_utf8_lossy(&body).into_owned()),
             lease_secs: i32::try_from(state.upstream.lease().as_secs()).unwrap_or(i32::MAX),
             stripe_version: headers
                 .get("stripe-version")

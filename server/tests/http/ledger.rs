@@ -59,7 +59,7 @@ fn reserve_call(key: i64, n: usize) -> ReserveCall {
         billing_period: "2026-07".into(),
         currency: Some("usd".into()),
         payment_intent: None,
-        request_body: "amount=100&currency=usd".into(),
+        request_body: Some("amount=100&currency=usd".into()),
         stripe_version: None,
         lease_secs: 60,
     }

@@ -68,7 +68,7 @@ pub struct ReserveCall {
     /// The form body and Stripe-Version as sent: kept for calls with an
     /// Idempotency-Key, so an unknown outcome can be asked about by
     /// sending the same request again.
-    pub request_body: String,
+    pub request_body: Option<String>,
     pub stripe_version: Option<String>,
     /// How long the proxy answers for the call (its upstream timeout and a
     /// margin): a pending call older than this was abandoned.
