@@ -48,6 +48,11 @@ ALTER TABLE reservations
     ADD COLUMN claimed_until timestamptz NOT NULL DEFAULT now() + interval '2 minutes';
 UPDATE reservations SET claimed_until = created_at + interval '2 minutes';
 
+-- A key may be for one connected account (Stripe-Account): its calls must
+-- name that account, and no other key's may.
+ALTER TABLE vault_keys ADD COLUMN stripe_account text
+    CONSTRAINT vault_keys_stripe_account_check CHECK (stripe_account ~ '^acct_[A-Za-z0-9]{1,250}$');
+
 DROP INDEX reservations_idempotency_idx;
 CREATE UNIQUE INDEX reservations_idempotency_idx ON reservations (vault_key_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND NOT superseded;

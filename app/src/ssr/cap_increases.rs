@@ -336,6 +336,7 @@ async fn apply(
                 expires_at: key.expires_at,
                 alert_thresholds_pct: key.alert_thresholds_pct.clone(),
                 duplicate_policy: key.guard(),
+                stripe_account: key.stripe_account.clone(),
             };
             vault_keys::issue_in(tx, actor, follow_on, Some(key_id))
                 .await

@@ -34,6 +34,8 @@ pub struct NewVaultKey {
     /// Utilization percentages that raise an alert, each 1 to 100.
     pub alert_thresholds_pct: Vec<i16>,
     pub duplicate_policy: DuplicatePolicy,
+    /// The connected account the key is for (`acct_…`), if any.
+    pub stripe_account: Option<String>,
 }
 
 /// The alert threshold a key gets unless told otherwise.
@@ -125,6 +127,7 @@ pub async fn issue_in(
             expires_at: key.expires_at,
             alert_thresholds_pct: &key.alert_thresholds_pct,
             duplicate_policy: key.duplicate_policy.as_str(),
+            stripe_account: key.stripe_account.as_deref(),
             created_by,
             created_by_token,
             parent_key_id: parent,
@@ -330,6 +333,7 @@ pub fn parse_draft(draft: &KeyDraft, now: DateTime<Utc>) -> Result<NewVaultKey, 
             expires_at,
             alert_thresholds_pct,
             duplicate_policy,
+            stripe_account: None,
         }),
         _ => Err(errors),
     }

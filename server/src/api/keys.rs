@@ -68,6 +68,11 @@ pub struct CreateKey {
     /// duplicate finding), `block` (refuse it, 409) or `off`.
     #[serde(default)]
     duplicate_policy: Option<String>,
+    /// The connected account (`acct_…`) the key is for: every call must
+    /// send it as `Stripe-Account`. Without it, calls naming an account are
+    /// refused.
+    #[serde(default)]
+    stripe_account: Option<String>,
 }
 
 const DEFAULT_BUFFER_BPS: u32 = 1000;
@@ -171,10 +176,26 @@ impl CreateKey {
                 Some(raw) => DuplicatePolicy::parse(raw)?,
                 None => DuplicatePolicy::default(),
             },
+            stripe_account: match self.stripe_account {
+                Some(account) if is_account_id(&account) => Some(account),
+                Some(account) => {
+                    return Err(ApiError::invalid(format!(
+                        "stripe_account {account:?} is not a connected account id (acct_ and letters or digits)"
+                    )))
+                }
+                None => None,
+            },
         };
         key.validate(now)?;
         Ok(key)
     }
+}
+
+/// `acct_` and 1 to 250 letters or digits, as Stripe's account ids are.
+fn is_account_id(raw: &str) -> bool {
+    raw.strip_prefix("acct_").is_some_and(|rest| {
+        (1..=250).contains(&rest.len()) && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
 }
 
 /// `billing-run-2026-07` names its period: the seeds' jobs put it there.
@@ -202,6 +223,8 @@ pub struct KeyView {
     expires_at: DateTime<Utc>,
     /// `flag`, `block` or `off`.
     duplicate_policy: String,
+    /// The connected account every call must name, if any.
+    stripe_account: Option<String>,
     status: &'static str,
     revoked_at: Option<DateTime<Utc>>,
     revoke_reason: Option<String>,
@@ -228,6 +251,7 @@ impl From<VaultKeyRow> for KeyView {
             allowed_endpoints: row.allowed_endpoints,
             expires_at: row.expires_at,
             duplicate_policy: row.duplicate_policy,
+            stripe_account: row.stripe_account,
             status,
             revoked_at: row.revoked_at,
             revoke_reason: row.revoke_reason,

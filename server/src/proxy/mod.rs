@@ -239,13 +239,10 @@ async fn decide_and_forward(
             )
             .await;
     }
-    if let Some(account) = &call_headers.stripe_account {
-        // No vault key names a connected account yet: a call on someone
-        // else's account would be money this key's cap was never set for.
-        let error = StripeError::invalid_request(format!(
-            "vault key {} is not for connected account {account}; send no Stripe-Account header",
-            key.secret_prefix
-        ));
+    if call_headers.stripe_account != key.stripe_account {
+        // Money on another account than the key's is money its cap was
+        // never set for.
+        let error = StripeError::wrong_account(call_headers.stripe_account.as_deref(), &key);
         return call
             .refuse(ledger, Decision::RefusedInvalidRequest, error)
             .await;

@@ -141,6 +141,22 @@ impl StripeError {
         )
     }
 
+    /// A `Stripe-Account` other than the one the key is for (or one for a
+    /// platform key, or none for a connected account's key).
+    pub fn wrong_account(sent: Option<&str>, key: &VaultKeyRow) -> Self {
+        let key_is_for = match &key.stripe_account {
+            Some(account) => format!("connected account {account}: send Stripe-Account: {account}"),
+            None => "the platform account: send no Stripe-Account header".to_owned(),
+        };
+        let sent = sent.map_or("no Stripe-Account".to_owned(), |a| {
+            format!("Stripe-Account {a}")
+        });
+        Self::invalid_request(format!(
+            "this call names {sent}, and vault key {} is for {key_is_for}",
+            key.secret_prefix
+        ))
+    }
+
     /// Stripe's answer to a reused Idempotency-Key with other parameters.
     pub fn idempotency_mismatch(key: &str) -> Self {
         Self::new(

@@ -337,18 +337,53 @@ async fn bytes_stripes_parser_would_read_another_way_are_refused(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
-async fn a_connected_account_the_key_does_not_name_is_refused(pool: PgPool) {
-    let (app, stripe, key, _) = proxy_with_key(pool.clone(), 5000).await;
-    let refused = app
-        .stripe(
-            "/v1/charges",
-            &key,
-            &charge(100, "cus_1"),
-            &[("stripe-account", "acct_other")],
+async fn a_key_charges_only_on_the_account_it_is_for(pool: PgPool) {
+    let (app, stripe, platform_key, _) = proxy_with_key(pool.clone(), 5000).await;
+    let token = app.api_token().await;
+    let connected = app
+        .api(
+            "POST",
+            "/vault/keys",
+            Some(&token),
+            Some(serde_json::json!({
+                "label": "connected", "expected_total_cents": 5000, "stripe_account": "acct_1",
+                "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+            })),
         )
         .await;
-    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
-    assert!(stripe.seen().is_empty());
+    assert_eq!(connected.status, StatusCode::CREATED, "{}", connected.body);
+    assert_eq!(connected.json()["stripe_account"], "acct_1");
+    let connected = connected.json()["vault_key"].as_str().unwrap().to_owned();
+    let body = charge(100, "cus_1");
+    for (key, account, status) in [
+        (&connected, Some("acct_1"), StatusCode::OK),
+        (&connected, None, StatusCode::BAD_REQUEST),
+        (&connected, Some("acct_2"), StatusCode::BAD_REQUEST),
+        (&platform_key, Some("acct_1"), StatusCode::BAD_REQUEST),
+        (&platform_key, None, StatusCode::OK),
+    ] {
+        let headers: Vec<(&str, &str)> =
+            account.map(|a| ("stripe-account", a)).into_iter().collect();
+        let answer = app.stripe("/v1/charges", key, &body, &headers).await;
+        assert_eq!(answer.status, status, "{account:?}: {}", answer.body);
+    }
+    assert_eq!(
+        stripe.charged(),
+        (200, 2),
+        "only the two on their own accounts"
+    );
+    let bad = app
+        .api(
+            "POST",
+            "/vault/keys",
+            Some(&token),
+            Some(serde_json::json!({
+                "label": "bad", "expected_total_cents": 5000, "stripe_account": "acct_../x",
+                "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+            })),
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]

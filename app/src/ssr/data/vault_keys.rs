@@ -32,6 +32,9 @@ pub struct VaultKeyRow {
     /// What the proxy does with a second charge for a customer and period:
     /// `off`, `flag` or `block` ([`crate::domain::DuplicatePolicy`]).
     pub duplicate_policy: String,
+    /// The connected account (`acct_…`) every call must name in
+    /// `Stripe-Account`; none: the platform account, and no call may name one.
+    pub stripe_account: Option<String>,
 }
 
 impl VaultKeyRow {
@@ -72,7 +75,7 @@ impl VaultKeyRow {
 
 const COLUMNS: &str = "id, label, secret_prefix, billing_period, currency, expected_total_cents, buffer_bps,
     cap_cents, spent_cents, reserved_cents, allowed_endpoints, expires_at, revoked_at, revoke_reason,
-    alert_thresholds_pct, created_at, parent_key_id, duplicate_policy";
+    alert_thresholds_pct, created_at, parent_key_id, duplicate_policy, stripe_account";
 
 /// What a new key row holds; the caller has validated it.
 pub struct NewKeyRow<'a> {
@@ -89,6 +92,7 @@ pub struct NewKeyRow<'a> {
     pub alert_thresholds_pct: &'a [i16],
     /// `off`, `flag` or `block`.
     pub duplicate_policy: &'a str,
+    pub stripe_account: Option<&'a str>,
     pub created_by: Option<i64>,
     pub created_by_token: Option<i64>,
     /// The key a follow-on key extends.
@@ -102,8 +106,8 @@ pub async fn insert(
     sqlx::query_as(&format!(
         "INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
              expected_total_cents, buffer_bps, cap_cents, allowed_endpoints, expires_at, created_by, created_by_token,
-             alert_thresholds_pct, parent_key_id, duplicate_policy)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+             alert_thresholds_pct, parent_key_id, duplicate_policy, stripe_account)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
          RETURNING {COLUMNS}"
     ))
     .bind(key.secret_hash)
@@ -121,6 +125,7 @@ pub async fn insert(
     .bind(key.alert_thresholds_pct)
     .bind(key.parent_key_id)
     .bind(key.duplicate_policy)
+    .bind(key.stripe_account)
     .fetch_one(db)
     .await
 }

@@ -130,6 +130,7 @@ pub async fn issue_keys(
             expires_at: chrono::Utc::now() + chrono::Duration::hours(1),
             alert_thresholds_pct: DEFAULT_THRESHOLDS_PCT.to_vec(),
             duplicate_policy: app::domain::DuplicatePolicy::default(),
+            stripe_account: None,
         };
         keys.push(
             vault_keys::issue(pool, Actor::System, key)
