@@ -530,10 +530,9 @@ async fn decide_and_forward(
 /// The ledger could not be written: fail closed, forward nothing. The audit
 /// row is attempted in the background (a call that failed alone, on a
 /// working database, still gets one); the answer does not wait for it.
-async fn unavailable(call: Call, ledger: &Ledger, err: impl std::fmt::Display) -> Response {
+async fn unavailable(mut call: Call, ledger: &Ledger, err: impl std::fmt::Display) -> Response {
     crate::metrics::ledger_failed("check_or_reserve");
     tracing::error!(error = %err, "proxy refused a call: the spend ledger could not be written");
-    let mut call = call;
     call.entry.error_code = Some("spend_ledger_unavailable".into());
     let entry = call.finish(Decision::RefusedUnavailable);
     let request_id = entry.request_id;
@@ -553,7 +552,7 @@ async fn unavailable(call: Call, ledger: &Ledger, err: impl std::fmt::Display) -
 enum Presented {
     Missing,
     /// Not a key any vault key could be: undecodable, or holding bytes no
-    /// key has (these are never written to the audit log).
+    /// key has (the call's audit row then names no key prefix).
     Malformed,
     Key(String),
 }
