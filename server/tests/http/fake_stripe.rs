@@ -198,6 +198,19 @@ async fn answer(
     if uri.path().starts_with("/v1/payment_intents") {
         return payment_intent(&fake, uri.path(), &param, amount, number);
     }
+    // A result Stripe keeps under the Idempotency-Key (a request that ran).
+    let save = |books: &mut Books, status: StatusCode, body: &Value| {
+        if let Some(key) = &idempotency_key {
+            let at_hours = books.now_hours;
+            let saved = Saved {
+                request: request.clone(),
+                at_hours,
+                status,
+                body: body.clone(),
+            };
+            books.saved.insert(key.clone(), saved);
+        }
+    };
     // Runs the request: a charge is made (and its result saved under the
     // Idempotency-Key) unless the customer says otherwise.
     let charge = |id: String| {
@@ -208,34 +221,11 @@ async fn answer(
             books.charges += 1;
             books.amounts.insert(id.clone(), amount);
         }
-        let at_hours = books.now_hours;
-        if let Some(key) = &idempotency_key {
-            books.saved.insert(
-                key.clone(),
-                Saved {
-                    request: request.clone(),
-                    at_hours,
-                    status: StatusCode::OK,
-                    body: charge.clone(),
-                },
-            );
-        }
+        save(&mut books, StatusCode::OK, &charge);
         charge
     };
     let save_failure = |status: StatusCode, body: Value| {
-        let mut books = fake.books.lock().unwrap();
-        let at_hours = books.now_hours;
-        if let Some(key) = &idempotency_key {
-            books.saved.insert(
-                key.clone(),
-                Saved {
-                    request: request.clone(),
-                    at_hours,
-                    status,
-                    body: body.clone(),
-                },
-            );
-        }
+        save(&mut fake.books.lock().unwrap(), status, &body);
         (status, Json(body)).into_response()
     };
     match param("customer").as_deref() {
