@@ -8,9 +8,9 @@ use leptos_router::{
 use crate::{
     components::Layout,
     pages::{
-        ActionLogPage, AlertsPage, ApprovalsPage, AuditCallPage, AuditLogPage, BulkResolvePage,
-        CapIncreasePage, FindingPage, KeyPage, LoginPage, NewKeyPage, NotFoundPage, OperatorsPage,
-        OverviewPage, ReconciliationPage, VaultKeysPage,
+        ActionLogPage, AlertsPage, ApiTokensPage, ApprovalsPage, AuditCallPage, AuditLogPage,
+        BulkResolvePage, CapIncreasePage, FindingPage, KeyPage, LoginPage, NewKeyPage,
+        NotFoundPage, OperatorsPage, OverviewPage, ReconciliationPage, VaultKeysPage,
     },
 };
 
@@ -61,6 +61,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/reconciliation/:id") view=FindingPage/>
                     <Route path=path!("/approvals") view=ApprovalsPage/>
                     <Route path=path!("/operators") view=OperatorsPage/>
+                    <Route path=path!("/tokens") view=ApiTokensPage/>
                 </ParentRoute>
             </Routes>
         </Router>

@@ -74,7 +74,11 @@ def vaultcap(localstripe, data_dir):
 @pytest.fixture(scope="session")
 def api_token(data_dir) -> str:
     out = subprocess.run(
-        [VAULTCAP, "token", "add", "--name", "sdk tests", "--data-dir", data_dir],
+        [
+            VAULTCAP, "token", "add", "--name", "sdk tests", "--data-dir", data_dir,
+            # What a billing job needs: its key, and more cap when refused.
+            "--scope", "keys:create,keys:read,cap_requests:create",
+        ],
         check=True,
         capture_output=True,
         text=True,

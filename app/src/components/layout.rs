@@ -124,7 +124,10 @@ fn MainNav(is_admin: bool, counts: NavCounts) -> impl IntoView {
                 <li><A href="/actions">"Action log"</A></li>
                 <li><A href="/reconciliation">"Reconciliation"</A></li>
                 <li><A href="/approvals">"Approvals" {badge(counts.pending_approvals, "waiting")}</A></li>
-                {is_admin.then(|| view! { <li><A href="/operators">"Operators"</A></li> })}
+                {is_admin.then(|| view! {
+                    <li><A href="/operators">"Operators"</A></li>
+                    <li><A href="/tokens">"API tokens"</A></li>
+                })}
             </ul>
         </nav>
     }

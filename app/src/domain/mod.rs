@@ -3,6 +3,7 @@
 
 mod action_query;
 mod alert;
+mod api_scope;
 mod audit_query;
 mod cap_increase;
 mod decision;
@@ -18,6 +19,9 @@ mod role;
 
 pub use action_query::{ActionEntry, ActionFilter, ActionPage, ActionQuery, ACTION_SOURCES};
 pub use alert::{Alert, AlertState, AlertsView};
+pub use api_scope::{
+    parse_token_days, ApiScope, ApiTokenSummary, TokenStatus, DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS,
+};
 pub use audit_query::{
     AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, Cursor, DecisionFilter,
     Position, AUDIT_PAGE_SIZES, DEFAULT_AUDIT_PAGE_SIZE,
@@ -199,7 +203,48 @@ pub struct SpendChart {
 }
 
 /// Whether a `next` address is a path on this site, safe to redirect to
-/// after sign-in (not `//evil.example` or `https://…`).
+/// after sign-in. Browsers parse a `Location` by the URL standard: they
+/// drop tabs and newlines anywhere, trim control characters and spaces,
+/// and read `\\` as `/`, so `/\t/evil.example` and `/\\evil.example` mean
+/// `//evil.example`, another host. Only a plain path is accepted: one `/`
+/// first, then no backslash, control character or whitespace at all.
 pub fn is_local_path(path: &str) -> bool {
-    path.starts_with('/') && !path.starts_with("//") && !path.starts_with("/\\")
+    const LONGEST: usize = 2048;
+    path.len() <= LONGEST
+        && path.starts_with('/')
+        && !path[1..].starts_with('/')
+        && !path
+            .chars()
+            .any(|c| c == '\\' || c.is_control() || c.is_whitespace())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_local_path;
+
+    #[test]
+    fn only_plain_paths_on_this_site_are_return_addresses() {
+        for local in ["/", "/keys/12", "/audit?from=2026-12-01&key=3", "/a%2F%2Fb"] {
+            assert!(is_local_path(local), "{local}");
+        }
+        for foreign in [
+            "//evil.example",
+            "/\\evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r/evil.example",
+            "\t//evil.example",
+            " /keys",
+            "/keys\\..\\..",
+            "/\u{0}/x",
+            "/\u{a0}/x",
+            "https://evil.example/",
+            "javascript:alert(1)",
+            "keys",
+            "",
+        ] {
+            assert!(!is_local_path(foreign), "{foreign:?}");
+        }
+        assert!(!is_local_path(&format!("/{}", "a".repeat(2048))));
+    }
 }

@@ -11,9 +11,11 @@ use crate::domain::is_local_path;
 pub fn LoginPage() -> impl IntoView {
     let query = use_query_map();
     let param = move |name: &str| query.with_untracked(|q| q.get(name));
-    let next = param("next")
-        .filter(|next| is_local_path(next))
-        .unwrap_or_default();
+    let (next, foreign_next) = match param("next") {
+        Some(next) if is_local_path(&next) => (next, false),
+        Some(_) => (String::new(), true),
+        None => (String::new(), false),
+    };
     let minutes = param("minutes")
         .and_then(|m| m.parse::<u32>().ok())
         .unwrap_or(15);
@@ -35,6 +37,12 @@ pub fn LoginPage() -> impl IntoView {
                 <p class="hint">"Spend governance for Stripe billing"</p>
                 {error.map(|message| view! {
                     <div class="notice notice-error" role="alert"><p>{message}</p></div>
+                })}
+                {foreign_next.then(|| view! {
+                    <div class="notice notice-error" role="alert" data-testid="foreign-next">
+                        <p>"The link you followed would have sent you to another site after signing in. "
+                           "You will land on the overview instead."</p>
+                    </div>
                 })}
                 {signed_out.then(|| view! {
                     <div class="notice notice-success" role="status"><p>"You have signed out."</p></div>

@@ -2,6 +2,7 @@
 
 mod action_log;
 mod alerts;
+mod api_tokens;
 mod approvals;
 mod audit_call;
 mod audit_log;
@@ -19,6 +20,7 @@ mod vault_keys;
 
 pub use action_log::ActionLogPage;
 pub use alerts::AlertsPage;
+pub use api_tokens::ApiTokensPage;
 pub use approvals::ApprovalsPage;
 pub use audit_call::AuditCallPage;
 pub use audit_log::AuditLogPage;

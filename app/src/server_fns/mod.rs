@@ -9,6 +9,7 @@ mod me;
 mod operators;
 mod overview;
 mod reconciliation;
+mod tokens;
 mod vault_keys;
 
 pub use alerts::{list_alerts, open_alert_count, ListAlerts, OpenAlertCount};
@@ -23,6 +24,7 @@ pub use overview::{get_overview, GetOverview};
 pub use reconciliation::{
     get_finding, get_reconciliation, preview_bulk, GetFinding, GetReconciliation, PreviewBulk,
 };
+pub use tokens::{list_api_tokens, ListApiTokens};
 pub use vault_keys::{
     get_vault_key, list_vault_keys, new_key_form, GetVaultKey, ListVaultKeys, NewKeyForm,
 };

@@ -10,6 +10,7 @@ pub mod flash;
 pub mod reconciliation;
 pub mod secrets;
 mod state;
+pub mod tokens;
 pub mod vault_keys;
 
 pub use state::{AppState, AuthConfig, CapIncreaseRules};

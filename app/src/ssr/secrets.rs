@@ -10,6 +10,8 @@ use sha2::{Digest, Sha256};
 /// How many characters of a secret (after its kind prefix) are kept to
 /// show which secret is which.
 const SHOWN_CHARS: usize = 8;
+/// The longest prefix ever kept, whatever was presented.
+pub const MAX_PREFIX_CHARS: usize = 12;
 
 /// A freshly generated secret. Its `Debug` never prints the plaintext.
 pub struct Secret {
@@ -50,10 +52,14 @@ pub fn hash(plaintext: &str) -> Vec<u8> {
 }
 
 /// The shown part of a presented secret, for the audit log even when the
-/// secret is unknown (never more than the kind and a few characters).
+/// secret is unknown (never more than the kind and a few characters, and
+/// at most [`MAX_PREFIX_CHARS`] in all).
 pub fn prefix(plaintext: &str) -> String {
     let kind_len = plaintext.find('_').map(|i| i + 1).unwrap_or(0);
-    plaintext.chars().take(kind_len + SHOWN_CHARS).collect()
+    plaintext
+        .chars()
+        .take(MAX_PREFIX_CHARS.min(kind_len + SHOWN_CHARS))
+        .collect()
 }
 
 #[cfg(test)]
@@ -69,5 +75,13 @@ mod tests {
         assert_eq!(a.prefix.len(), 11);
         assert!(a.plaintext.starts_with(&a.prefix));
         assert!(!format!("{a:?}").contains(&a.plaintext));
+    }
+
+    #[test]
+    fn a_presented_prefix_never_exceeds_twelve_characters() {
+        assert_eq!(prefix("vct_abcdefghijkl"), "vct_abcdefgh");
+        assert_eq!(prefix("sk_live_0123456789"), "sk_live_012");
+        assert_eq!(prefix(&format!("{}_rest", "x".repeat(100))), "x".repeat(12));
+        assert_eq!(prefix("short"), "short");
     }
 }

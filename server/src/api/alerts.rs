@@ -4,26 +4,30 @@
 use axum::{
     body::Bytes,
     extract::{Path, Query, State},
-    http::StatusCode,
-    routing::{get, post},
-    Json, Router,
+    http::{Method, StatusCode},
+    Json,
 };
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::{ApiError, ApiErrorBody, ApiToken};
-use app::ssr::{
-    data::{
-        actions::Actor,
-        alerts::{self, Alert, AlertChangeError, AlertState},
+use super::{ApiError, ApiErrorBody, ApiRoutes, ApiToken};
+use app::{
+    domain::ApiScope,
+    ssr::{
+        data::alerts::{self, Alert, AlertChangeError, AlertState},
+        AppState,
     },
-    AppState,
 };
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/alerts", get(list))
-        .route("/api/alerts/{id}/ack", post(acknowledge))
+pub fn routes(routes: ApiRoutes) -> ApiRoutes {
+    routes
+        .route(Method::GET, "/api/alerts", ApiScope::AlertsRead, list)
+        .route(
+            Method::POST,
+            "/api/alerts/{id}/ack",
+            ApiScope::AlertsAck,
+            acknowledge,
+        )
 }
 
 /// `GET /api/alerts` filters; all optional.
@@ -122,7 +126,7 @@ pub async fn acknowledge(
     {
         return Err(ApiError::invalid("note is longer than 2,000 characters"));
     }
-    let actor = Actor::ApiToken { id: token.id };
+    let actor = token.actor();
     match alerts::acknowledge(&state.pool, actor, id, note.as_deref()).await {
         Ok(row) => Ok(Json(row.into())),
         Err(err @ AlertChangeError::NotFound(_)) => Err(ApiError::new(

@@ -4,29 +4,28 @@
 
 use axum::{
     extract::{Path, State},
-    http::StatusCode,
-    routing::post,
-    Json, Router,
+    http::{Method, StatusCode},
+    Json,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiError, ApiErrorBody, ApiJson, ApiToken};
+use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
-    domain::{ApplyAs, CapIncrease, Cents, MAX_CENTS},
+    domain::{ApiScope, ApplyAs, CapIncrease, Cents, MAX_CENTS},
     error::AppError,
     ssr::{
         cap_increases::{self, Ask, Target},
-        data::{actions::Actor, cap_increases as requests, vault_keys},
+        data::{cap_increases as requests, vault_keys},
         AppState,
     },
 };
 
-pub fn router() -> Router<AppState> {
-    Router::new().route(
-        "/vault/keys/{id}/cap-increase-requests",
-        post(create).get(list),
-    )
+pub fn routes(routes: ApiRoutes) -> ApiRoutes {
+    const PATH: &str = "/vault/keys/{id}/cap-increase-requests";
+    routes
+        .route(Method::POST, PATH, ApiScope::CapRequestsCreate, create)
+        .route(Method::GET, PATH, ApiScope::KeysRead, list)
 }
 
 /// A request for a higher cap: the new cap in all, or the amount to add.
@@ -130,7 +129,7 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateRequest>,
 ) -> Result<(StatusCode, Json<RequestView>), ApiError> {
     let ask = body.parse()?;
-    let actor = Actor::ApiToken { id: token.id };
+    let actor = token.actor();
     let filed = cap_increases::request(&state.pool, &state.cap_increases, actor, id, ask).await?;
     Ok((StatusCode::CREATED, Json(filed.into())))
 }

@@ -7,36 +7,37 @@
 
 use axum::{
     extract::{Path, State},
-    http::StatusCode,
+    http::{Method, StatusCode},
     response::IntoResponse,
-    routing::{get, post},
-    Json, Router,
+    Json,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{ApiError, ApiErrorBody, ApiJson, ApiToken};
+use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
-    domain::{BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern},
+    domain::{ApiScope, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern},
     ssr::{
-        data::{
-            actions::Actor,
-            vault_keys::{self as key_rows, VaultKeyRow},
-        },
+        data::vault_keys::{self as key_rows, VaultKeyRow},
         vault_keys::{self, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
         AppState,
     },
 };
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn routes(routes: ApiRoutes) -> ApiRoutes {
+    routes
+        .public(Method::GET, "/api/openapi.json", || async {
+            Json(super::openapi::document())
+        })
+        .route(Method::POST, "/vault/keys", ApiScope::KeysCreate, create)
+        .route(Method::GET, "/vault/keys", ApiScope::KeysRead, list)
+        .route(Method::GET, "/vault/keys/{id}", ApiScope::KeysRead, show)
         .route(
-            "/api/openapi.json",
-            get(|| async { Json(super::openapi::document()) }),
+            Method::POST,
+            "/vault/keys/{id}/revoke",
+            ApiScope::KeysRevoke,
+            revoke,
         )
-        .route("/vault/keys", post(create).get(list))
-        .route("/vault/keys/{id}", get(show))
-        .route("/vault/keys/{id}/revoke", post(revoke))
 }
 
 /// A request for a vault key: the seed articles' form (`daily_usd_cap`) or
@@ -278,8 +279,7 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateKey>,
 ) -> Result<impl IntoResponse, ApiError> {
     let key = body.parse(Utc::now())?;
-    let (secret, row) =
-        vault_keys::issue(&state.pool, Actor::ApiToken { id: token.id }, key).await?;
+    let (secret, row) = vault_keys::issue(&state.pool, token.actor(), key).await?;
     Ok((
         StatusCode::CREATED,
         Json(CreatedKey {
@@ -333,13 +333,7 @@ pub async fn revoke(
     Path(id): Path<i64>,
     ApiJson(body): ApiJson<Revoke>,
 ) -> Result<Json<KeyView>, ApiError> {
-    let row = vault_keys::revoke(
-        &state.pool,
-        Actor::ApiToken { id: token.id },
-        id,
-        &body.reason,
-    )
-    .await?;
+    let row = vault_keys::revoke(&state.pool, token.actor(), id, &body.reason).await?;
     Ok(Json(row.into()))
 }
 

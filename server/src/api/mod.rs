@@ -1,4 +1,4 @@
-//! The JSON API billing jobs and tools call with an admin API token.
+//! The JSON API billing jobs and tools call with a scoped API token.
 //! Errors have one shape: `{"error": {"code": "…", "message": "…"}}`.
 
 pub mod alerts;
@@ -6,18 +6,31 @@ pub mod cap_increases;
 pub mod keys;
 mod openapi;
 
+use std::net::IpAddr;
+
 use axum::{
-    extract::{rejection::JsonRejection, FromRequest, FromRequestParts, Request},
-    http::{header, request::Parts, StatusCode},
+    extract::{rejection::JsonRejection, FromRequest, FromRequestParts, Request, State},
+    handler::Handler,
+    http::{header, request::Parts, Method, StatusCode},
+    middleware::{self, Next},
     response::{IntoResponse, Response},
-    Json,
+    routing::{on, MethodFilter},
+    Json, Router,
 };
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use crate::http::ClientIp;
 use app::{
+    domain::ApiScope,
     error::AppError,
-    ssr::{data::api_tokens, secrets, AppState},
+    ssr::{
+        data::{
+            actions::{self, Actor},
+            api_tokens::{self, Presented},
+        },
+        secrets, AppState,
+    },
 };
 
 #[derive(Debug)]
@@ -122,39 +135,217 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
-/// The admin API token behind a request (`Authorization: Bearer vct_…`).
+/// The API token behind a request, as [`require_scope`] found it.
+#[derive(Debug, Clone, Copy)]
 pub struct ApiToken {
     pub id: i64,
+    pub ip: Option<IpAddr>,
 }
 
-impl FromRequestParts<AppState> for ApiToken {
+impl ApiToken {
+    pub fn actor(self) -> Actor {
+        Actor::ApiToken {
+            id: self.id,
+            ip: self.ip,
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ApiToken {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|token| !token.is_empty());
-        let Some(token) = token else {
-            return Err(ApiError::new(
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<ApiToken>().copied().ok_or_else(|| {
+            tracing::error!(path = %parts.uri.path(), "an API handler ran without a scope check");
+            ApiError::internal()
+        })
+    }
+}
+
+/// One route of the API and what a token needs to call it.
+#[derive(Debug, Clone)]
+pub struct ApiRoute {
+    pub method: Method,
+    /// The route's pattern, e.g. `/vault/keys/{id}/revoke`.
+    pub path: &'static str,
+    /// `None` for the few routes anyone may read (the OpenAPI document).
+    pub scope: Option<ApiScope>,
+}
+
+/// The API's routes, each registered with the scope it needs: a route
+/// cannot be added without one, and [`ApiRoutes::table`] lists them all
+/// for the access tests.
+pub struct ApiRoutes {
+    state: AppState,
+    router: Router<AppState>,
+    table: Vec<ApiRoute>,
+}
+
+impl ApiRoutes {
+    /// `handler` answers `method` on `path` for tokens holding `scope`;
+    /// every other caller is refused before it runs.
+    pub fn route<H, T>(
+        mut self,
+        method: Method,
+        path: &'static str,
+        scope: ApiScope,
+        handler: H,
+    ) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        let guard = middleware::from_fn_with_state((self.state.clone(), scope), require_scope);
+        self.router = self
+            .router
+            .route(path, on(filter(&method), handler).route_layer(guard));
+        self.table.push(ApiRoute {
+            method,
+            path,
+            scope: Some(scope),
+        });
+        self
+    }
+
+    /// A route anyone may call, without a token.
+    pub fn public<H, T>(mut self, method: Method, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        self.router = self.router.route(path, on(filter(&method), handler));
+        self.table.push(ApiRoute {
+            method,
+            path,
+            scope: None,
+        });
+        self
+    }
+
+    pub fn table(&self) -> &[ApiRoute] {
+        &self.table
+    }
+
+    pub fn into_router(self) -> Router<AppState> {
+        self.router
+    }
+}
+
+fn filter(method: &Method) -> MethodFilter {
+    MethodFilter::try_from(method.clone()).expect("the API uses standard methods only")
+}
+
+/// Every route of the API.
+pub fn routes(state: AppState) -> ApiRoutes {
+    let routes = ApiRoutes {
+        state,
+        router: Router::new(),
+        table: Vec::new(),
+    };
+    let routes = keys::routes(routes);
+    let routes = cap_increases::routes(routes);
+    let routes = alerts::routes(routes);
+    routes.route(
+        Method::GET,
+        "/api/audit.csv",
+        ApiScope::AuditExport,
+        crate::http::audit_export_api,
+    )
+}
+
+/// Lets the request through when it carries an active token holding
+/// `scope`; otherwise answers 401 (no, unknown, revoked or expired token)
+/// or 403 naming the missing scope, and writes the refusal of a known
+/// token to the action log.
+async fn require_scope(
+    State((state, scope)): State<(AppState, ApiScope)>,
+    ClientIp(ip): ClientIp,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|token| !token.is_empty());
+    let Some(presented) = presented else {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "send an API token as `Authorization: Bearer …` (an admin creates one on the API tokens page or with `vaultcap token add`)",
+        )
+        .into_response();
+    };
+    let refusal = match api_tokens::authenticate(&state.pool, &secrets::hash(presented)).await {
+        Err(err) => return ApiError::from(err).into_response(),
+        Ok(Presented::Unknown) => {
+            return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthenticated",
-                "send an admin API token as `Authorization: Bearer …` (create one with `vaultcap token add`)",
-            ));
-        };
-        match api_tokens::authenticate(&state.pool, &secrets::hash(token)).await? {
-            Some(id) => Ok(Self { id }),
-            None => Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "unknown or revoked API token",
-            )),
+                "unknown API token",
+            )
+            .into_response()
         }
+        Ok(Presented::Revoked { id, at }) => (
+            id,
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "token_revoked",
+                format!(
+                    "this API token was revoked on {}",
+                    at.format("%Y-%m-%d %H:%M UTC")
+                ),
+            ),
+        ),
+        Ok(Presented::Expired { id, at }) => (
+            id,
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "token_expired",
+                format!(
+                    "this API token expired on {}; ask an admin for a new one",
+                    at.format("%Y-%m-%d %H:%M UTC")
+                ),
+            ),
+        ),
+        Ok(Presented::Active { id, scopes }) if scopes.contains(&scope) => {
+            if let Err(err) = api_tokens::mark_used(&state.pool, id).await {
+                return ApiError::from(err).into_response();
+            }
+            request.extensions_mut().insert(ApiToken { id, ip });
+            return next.run(request).await;
+        }
+        Ok(Presented::Active { id, .. }) => (
+            id,
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "insufficient_scope",
+                format!(
+                    "this API token lacks the `{scope}` scope this call needs; nothing was done"
+                ),
+            ),
+        ),
+    };
+    let (id, error) = refusal;
+    let details = json!({
+        "method": request.method().as_str(),
+        "path": request.uri().path(),
+        "scope": scope.as_str(),
+        "reason": error.code,
+    });
+    let logged = actions::record(
+        &state.pool,
+        Actor::ApiToken { id, ip },
+        "refused_api_call",
+        "api_token",
+        Some(id.to_string()),
+        details,
+    )
+    .await;
+    match logged {
+        Ok(()) => error.into_response(),
+        Err(err) => ApiError::from(err).into_response(),
     }
 }

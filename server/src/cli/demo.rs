@@ -277,8 +277,9 @@ async fn insert_cap_increases(
     current: BillingPeriod,
 ) -> anyhow::Result<()> {
     sqlx::query(
-        "INSERT INTO api_tokens (name, token_hash, token_prefix)
-         SELECT 'demo billing job', sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'vct_demo'
+        "INSERT INTO api_tokens (name, token_hash, token_prefix, scopes, expires_at)
+         SELECT 'demo billing job', sha256(convert_to(gen_random_uuid()::text, 'UTF8')), 'vct_demo',
+                '{keys:create,keys:read,cap_requests:create}', now() + interval '90 days'
          WHERE NOT EXISTS (SELECT 1 FROM api_tokens WHERE name = 'demo billing job')",
     )
     .execute(&mut **tx)

@@ -1,22 +1,39 @@
 use clap::Subcommand;
 
-use app::ssr::{
-    data::{
-        actions::{self, Actor},
-        api_tokens,
-    },
-    secrets::Secret,
+use app::{
+    domain::{parse_token_days, ApiScope},
+    ssr::{data::actions::Actor, data::api_tokens, tokens},
 };
 
 use crate::{config::DatabaseArgs, db::Database};
 
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
-    /// Create an admin API token for the key API; prints it once.
+    /// Create an API token for the key API; prints it once.
     Add {
         /// What the token is for, e.g. "billing job (prod)".
         #[arg(long)]
         name: String,
+        /// What it may do, comma-separated or repeated: keys:create,
+        /// keys:read, keys:revoke, alerts:read, alerts:ack, audit:export,
+        /// cap_requests:create.
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+        /// How many days it lives (1 to 366).
+        #[arg(long, default_value = "90")]
+        expires_in_days: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// List every token: scopes, expiry, last use, status.
+    List {
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Revoke a token at once; its next call is refused.
+    Revoke {
+        /// The token's id, as `token list` shows it.
+        id: i64,
         #[command(flatten)]
         database: DatabaseArgs,
     },
@@ -24,36 +41,52 @@ pub enum TokenCommand {
 
 pub async fn run(command: TokenCommand) -> anyhow::Result<()> {
     match command {
-        TokenCommand::Add { name, database } => {
-            let name = name.trim().to_owned();
-            if name.is_empty() || name.chars().count() > 200 {
-                anyhow::bail!("--name needs between 1 and 200 characters");
-            }
-            let secret = Secret::generate("vct_");
+        TokenCommand::Add {
+            name,
+            scopes,
+            expires_in_days,
+            database,
+        } => {
+            let scopes = ApiScope::parse_list(&scopes.join(","))?;
+            let days = parse_token_days(&expires_in_days)?;
             let db = Database::open(&database).await?;
-            let result = async {
-                let mut tx = db.pool.begin().await?;
-                let id =
-                    api_tokens::insert(&mut *tx, &name, &secret.hash, &secret.prefix, None).await?;
-                actions::record(
-                    &mut *tx,
-                    Actor::Cli,
-                    "create_api_token",
-                    "api_token",
-                    Some(id.to_string()),
-                    serde_json::json!({ "name": name, "prefix": secret.prefix }),
-                )
-                .await?;
-                tx.commit().await?;
-                Ok::<_, sqlx::Error>(id)
-            }
-            .await;
+            let created = tokens::create(&db.pool, Actor::Cli, &name, &scopes, days).await;
             db.close().await?;
-            let id = result?;
+            let created = created?;
             println!(
-                "Created API token {id} ({name}). Token (shown once): {}",
-                secret.plaintext
+                "Created API token {} ({}) with {}, valid {days} days. Token (shown once): {}",
+                created.id,
+                name.trim(),
+                ApiScope::join(&scopes),
+                created.secret.plaintext
             );
+        }
+        TokenCommand::List { database } => {
+            let db = Database::open(&database).await?;
+            let listed = api_tokens::list(&db.pool).await;
+            db.close().await?;
+            println!("id\tstatus\tprefix\tname\tscopes\texpires\tlast used");
+            for token in listed? {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    token.id,
+                    token.status.as_str(),
+                    token.prefix,
+                    token.name,
+                    ApiScope::join(&token.scopes),
+                    token.expires_at.format("%Y-%m-%d %H:%M UTC"),
+                    token
+                        .last_used_at
+                        .map(|at| at.format("%Y-%m-%d %H:%M UTC").to_string())
+                        .unwrap_or_else(|| "never".into()),
+                );
+            }
+        }
+        TokenCommand::Revoke { id, database } => {
+            let db = Database::open(&database).await?;
+            let revoked = tokens::revoke(&db.pool, Actor::Cli, id).await;
+            db.close().await?;
+            println!("Revoked API token {id} ({}).", revoked?);
         }
     }
     Ok(())

@@ -2,7 +2,7 @@
 
 use axum::{
     extract::{rejection::FormRejection, Path, State},
-    response::{IntoResponse, Response},
+    response::Response,
     Extension, Form,
 };
 use serde::Deserialize;
@@ -10,7 +10,7 @@ use tower_sessions::Session;
 
 use super::{
     auth::ClientIp,
-    forms::{readable, require, Failure, Page},
+    forms::{readable, Failure, Page},
 };
 use app::{
     domain::{Me, Notice, Role},
@@ -60,16 +60,12 @@ impl From<AlertChangeError> for Failure {
 
 pub async fn acknowledge(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<AckForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let outcome = async {
         let form = readable(form)?;
         let note = form.note.trim();
@@ -92,16 +88,12 @@ pub async fn acknowledge(
 
 pub async fn assign(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<AssignForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let outcome = async {
         let form = readable(form)?;
         let assignee = match form.operator.trim() {
@@ -136,16 +128,12 @@ pub async fn assign(
 
 pub async fn snooze(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<SnoozeForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let outcome = async {
         let form = readable(form)?;
         let hours: i64 = match form.hours.trim().parse() {

@@ -24,11 +24,10 @@ use super::{
     auth::ClientIp,
     busy::{Busy, HeavyWork},
     error::HttpError,
-    forms::require,
 };
 use crate::api::{ApiError, ApiToken};
 use app::{
-    domain::{AuditFilter, AuditQuery, Me, Role},
+    domain::{AuditFilter, AuditQuery, Me},
     error::AppError,
     ssr::{
         audit_csv,
@@ -50,14 +49,10 @@ const CHUNKS_IN_FLIGHT: usize = 16;
 pub async fn console(
     State(state): State<AppState>,
     Extension(heavy): Extension<HeavyWork>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let me = match require(me, Role::Viewer) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let query = read_query(raw.as_deref());
     let slot = match heavy.export() {
         Ok(slot) => slot,
@@ -96,15 +91,9 @@ pub async fn api(
             return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).into_response()
         }
     };
-    export(
-        slot,
-        &state.pool,
-        query,
-        filter,
-        Actor::ApiToken { id: token.id },
-    )
-    .await
-    .unwrap_or_else(|err| ApiError::from(err).into_response())
+    export(slot, &state.pool, query, filter, token.actor())
+        .await
+        .unwrap_or_else(|err| ApiError::from(err).into_response())
 }
 
 /// The query string's filters (unknown parameters are ignored, as on the

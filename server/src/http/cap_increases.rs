@@ -12,10 +12,10 @@ use tower_sessions::Session;
 
 use super::{
     auth::ClientIp,
-    forms::{readable, require, Failure, Page},
+    forms::{readable, Failure, Page},
 };
 use app::{
-    domain::{ApplyAs, CapIncreaseDraft, Cents, Currency, Me, Notice, Role},
+    domain::{ApplyAs, CapIncreaseDraft, Cents, Currency, Me, Notice},
     error::AppError,
     ssr::{
         cap_increases::{self, Ask, Target, Verdict},
@@ -26,16 +26,12 @@ use app::{
 
 pub async fn request(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(key): Path<i64>,
     form: Result<Form<CapIncreaseDraft>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let draft = match readable(form) {
         Ok(draft) => draft,
         Err(failure) => {
@@ -130,16 +126,12 @@ pub struct DecideForm {
 
 pub async fn decide(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<DecideForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Approver) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let outcome = async {
         let form = readable(form)?;
         let verdict = match form.verdict.as_str() {

@@ -1,33 +1,18 @@
-//! What every console form handler shares: the role check, reading the
-//! form, and answering with a redirect back to its page and a one-time
-//! notice (post/redirect/get), so every form works without JavaScript.
+//! What every console form handler shares: reading the form, and
+//! answering with a redirect back to its page and a one-time notice
+//! (post/redirect/get), so every form works without JavaScript. The role
+//! check happens before a handler runs (see `guard`).
 
 use axum::{
     extract::rejection::FormRejection,
     http::StatusCode,
     response::{IntoResponse, Redirect, Response},
-    Extension, Form,
+    Form,
 };
 use tower_sessions::Session;
 
 use super::error::HttpError;
-use app::{
-    domain::{Me, Notice, Role},
-    error::AppError,
-    ssr::flash,
-};
-
-/// The signed-in operator if their role allows `needed`, or the refusal.
-pub fn require(me: Option<Extension<Me>>, needed: Role) -> Result<Me, HttpError> {
-    let Some(Extension(me)) = me else {
-        return Err(AppError::Unauthenticated.into());
-    };
-    if me.role.allows(needed) {
-        Ok(me)
-    } else {
-        Err(AppError::Forbidden(needed).into())
-    }
-}
+use app::{domain::Notice, error::AppError, ssr::flash};
 
 /// Why a form could not be handled: a message for the page, or a response
 /// of its own (an oversized body keeps its 413).

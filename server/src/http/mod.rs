@@ -2,6 +2,7 @@
 //! handlers, health, and the static browser bundle.
 
 mod alerts;
+mod api_tokens;
 mod audit_export;
 mod auth;
 mod busy;
@@ -9,6 +10,7 @@ mod cap_increases;
 mod error;
 mod findings_export;
 mod forms;
+mod guard;
 mod operators;
 mod reconciliation;
 mod security;
@@ -18,7 +20,7 @@ use axum::{
     extract::{DefaultBodyLimit, State},
     http::StatusCode,
     middleware,
-    routing::{get, post},
+    routing::get,
     Router,
 };
 use leptos_axum::{generate_route_list, LeptosRoutes};
@@ -28,9 +30,14 @@ use tower_http::{compression::CompressionLayer, services::ServeDir};
 use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
+pub use audit_export::api as audit_export_api;
+pub use auth::ClientIp;
+pub use guard::{ConsoleRoute, ConsoleRoutes};
+
 use crate::proxy::{upstream::Upstream, KeyLookup, Ledger, ProxyState, RESERVE_QUEUE};
 use app::{
     app::{shell, App},
+    domain::Role,
     ssr::AppState,
 };
 
@@ -58,39 +65,7 @@ pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Route
 
     let console = Router::new()
         .leptos_routes(&state, routes, move || shell(leptos_options.clone()))
-        .route("/auth/login", post(auth::login))
-        .route("/auth/logout", post(auth::logout))
-        .route("/keys", post(vault_keys::create))
-        .route("/audit.csv", get(audit_export::console))
-        .route("/keys/{id}/revoke", post(vault_keys::revoke))
-        .route(
-            "/keys/{id}/duplicate-policy",
-            post(vault_keys::set_duplicate_policy),
-        )
-        .route(
-            "/keys/{id}/cap-increase-requests",
-            post(cap_increases::request),
-        )
-        .route("/approvals/{id}/decide", post(cap_increases::decide))
-        .route("/reconciliation.csv", get(findings_export::export))
-        .route("/reconciliation/sync", post(reconciliation::sync))
-        .route("/reconciliation/bulk", post(reconciliation::bulk))
-        .route("/reconciliation/{id}/adopt", post(reconciliation::adopt))
-        .route("/reconciliation/{id}/refund", post(reconciliation::refund))
-        .route(
-            "/reconciliation/{id}/dismiss",
-            post(reconciliation::dismiss),
-        )
-        .route(
-            "/keys/suggestion",
-            post(vault_keys::suggest).layer(DefaultBodyLimit::max(vault_keys::MAX_SUGGESTION_CSV)),
-        )
-        .route("/alerts/{id}/ack", post(alerts::acknowledge))
-        .route("/alerts/{id}/assign", post(alerts::assign))
-        .route("/alerts/{id}/snooze", post(alerts::snooze))
-        .route("/operators", post(operators::add))
-        .route("/operators/{id}/role", post(operators::change_role))
-        .route("/operators/{id}/disabled", post(operators::set_disabled))
+        .merge(console_routes(state.clone()).into_router())
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(axum::Extension(heavy.clone()))
         .layer(axum::Extension(reconciliation::Stripe(
@@ -116,10 +91,8 @@ pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Route
     Router::new()
         .merge(console)
         .merge(
-            crate::api::keys::router()
-                .merge(crate::api::alerts::router())
-                .merge(crate::api::cap_increases::router())
-                .route("/api/audit.csv", get(audit_export::api))
+            crate::api::routes(state.clone())
+                .into_router()
                 .layer(axum::Extension(heavy))
                 .layer(DefaultBodyLimit::max(MAX_FORM_BODY)),
         )
@@ -131,6 +104,82 @@ pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Route
         .layer(CompressionLayer::new())
         // Stripe's answers pass through as they came: no compression layer.
         .merge(proxy)
+}
+
+/// The console's forms and exports, each with the role it needs.
+pub fn console_routes(state: AppState) -> ConsoleRoutes {
+    use axum::{handler::Handler, http::Method};
+    use Role::{Admin, Approver, Operator, Viewer};
+    const POST: Method = Method::POST;
+    ConsoleRoutes::new(state)
+        .open(POST, "/auth/login", auth::login)
+        .open(POST, "/auth/logout", auth::logout)
+        .route(Method::GET, "/audit.csv", Viewer, audit_export::console)
+        .route(
+            Method::GET,
+            "/reconciliation.csv",
+            Viewer,
+            findings_export::export,
+        )
+        .route(POST, "/keys", Operator, vault_keys::create)
+        .route(
+            POST,
+            "/keys/suggestion",
+            Operator,
+            vault_keys::suggest.layer(DefaultBodyLimit::max(vault_keys::MAX_SUGGESTION_CSV)),
+        )
+        .route(POST, "/keys/{id}/revoke", Operator, vault_keys::revoke)
+        .route(
+            POST,
+            "/keys/{id}/duplicate-policy",
+            Operator,
+            vault_keys::set_duplicate_policy,
+        )
+        .route(
+            POST,
+            "/keys/{id}/cap-increase-requests",
+            Operator,
+            cap_increases::request,
+        )
+        .route(
+            POST,
+            "/approvals/{id}/decide",
+            Approver,
+            cap_increases::decide,
+        )
+        .route(POST, "/reconciliation/sync", Operator, reconciliation::sync)
+        .route(POST, "/reconciliation/bulk", Operator, reconciliation::bulk)
+        .route(
+            POST,
+            "/reconciliation/{id}/adopt",
+            Operator,
+            reconciliation::adopt,
+        )
+        .route(
+            POST,
+            "/reconciliation/{id}/refund",
+            Operator,
+            reconciliation::refund,
+        )
+        .route(
+            POST,
+            "/reconciliation/{id}/dismiss",
+            Operator,
+            reconciliation::dismiss,
+        )
+        .route(POST, "/alerts/{id}/ack", Operator, alerts::acknowledge)
+        .route(POST, "/alerts/{id}/assign", Operator, alerts::assign)
+        .route(POST, "/alerts/{id}/snooze", Operator, alerts::snooze)
+        .route(POST, "/operators", Admin, operators::add)
+        .route(POST, "/operators/{id}/role", Admin, operators::change_role)
+        .route(
+            POST,
+            "/operators/{id}/disabled",
+            Admin,
+            operators::set_disabled,
+        )
+        .route(POST, "/tokens", Admin, api_tokens::create)
+        .route(POST, "/tokens/{id}/revoke", Admin, api_tokens::revoke)
 }
 
 /// Answers 200 while the database answers (the proxy fails closed without it).

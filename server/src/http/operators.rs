@@ -3,7 +3,7 @@
 
 use axum::{
     extract::{rejection::FormRejection, Path, State},
-    response::{IntoResponse, Response},
+    response::Response,
     Extension, Form,
 };
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use tower_sessions::Session;
 
 use super::{
     auth::ClientIp,
-    forms::{readable, require, Page},
+    forms::{readable, Page},
 };
 use app::{
     domain::{Email, Me, Notice, Role},
@@ -41,15 +41,11 @@ pub struct DisabledForm {
 
 pub async fn add(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     form: Result<Form<AddForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Admin) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let outcome = async {
         let form = readable(form)?;
         let email = Email::parse(&form.email)?;
@@ -72,16 +68,12 @@ pub async fn add(
 
 pub async fn change_role(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<RoleForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Admin) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let outcome = async {
         let form = readable(form)?;
         let role: Role = form.role.parse()?;
@@ -98,16 +90,12 @@ pub async fn change_role(
 
 pub async fn set_disabled(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<DisabledForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Admin) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let outcome = async {
         let form = readable(form)?;
         let operator = accounts::set_disabled(

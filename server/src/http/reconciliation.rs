@@ -3,7 +3,7 @@
 
 use axum::{
     extract::{rejection::FormRejection, Path, State},
-    response::{IntoResponse, Response},
+    response::Response,
     Extension, Form,
 };
 use serde::Deserialize;
@@ -12,12 +12,12 @@ use tower_sessions::Session;
 use super::{
     auth::ClientIp,
     busy::{Busy, HeavyWork},
-    forms::{readable, require, Failure, Page},
+    forms::{readable, Failure, Page},
 };
 use app::{
     domain::{
         at_risk_by_currency, counted, money_text, BillingPeriod, BulkAction, Finding,
-        FindingFilter, Me, Notice, Role, MAX_BULK,
+        FindingFilter, Me, Notice, MAX_BULK,
     },
     error::AppError,
     ssr::{
@@ -81,15 +81,14 @@ impl FindingForm {
     }
 }
 
-/// The operator behind a form and the form, or the response refusing them
-/// (not an operator; a form that cannot be read).
+/// The operator behind a form and the form, or the response refusing a
+/// form that cannot be read.
 async fn operator_form<F>(
-    me: Option<Extension<Me>>,
+    me: Me,
     ip: Option<std::net::IpAddr>,
     session: &Session,
     form: Result<Form<F>, FormRejection>,
 ) -> Result<(Actor, F), Response> {
-    let me = require(me, Role::Operator).map_err(IntoResponse::into_response)?;
     match readable(form) {
         Ok(form) => Ok((Actor::Operator { id: me.id, ip }, form)),
         Err(failure) => Err(PAGE.back_with(session, Err(failure)).await),
@@ -98,7 +97,7 @@ async fn operator_form<F>(
 
 pub async fn adopt(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
@@ -123,7 +122,7 @@ pub async fn adopt(
 
 pub async fn dismiss(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
@@ -151,7 +150,7 @@ pub async fn sync(
     State(state): State<AppState>,
     Extension(Stripe(client)): Extension<Stripe>,
     Extension(heavy): Extension<HeavyWork>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     form: Result<Form<FindingForm>, FormRejection>,
@@ -202,7 +201,7 @@ pub async fn sync(
 pub async fn refund(
     State(state): State<AppState>,
     Extension(Stripe(client)): Extension<Stripe>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
@@ -261,7 +260,7 @@ pub struct BulkForm {
 pub async fn bulk(
     State(state): State<AppState>,
     Extension(Stripe(client)): Extension<Stripe>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     form: Result<Form<BulkForm>, FormRejection>,

@@ -15,25 +15,21 @@ use tower_sessions::Session;
 use super::{
     auth::ClientIp,
     error::HttpError,
-    forms::{readable, require, Failure, Page},
+    forms::{readable, Failure, Page},
 };
 use app::{
-    domain::{DuplicatePolicy, KeyDraft, Me, Notice, Role},
+    domain::{DuplicatePolicy, KeyDraft, Me, Notice},
     error::AppError,
     ssr::{data::actions::Actor, flash, vault_keys, AppState},
 };
 
 pub async fn create(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     body: Bytes,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let fields: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
     let draft = KeyDraft::from_fields(fields.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let key = match vault_keys::parse_draft(&draft, chrono::Utc::now()) {
@@ -88,16 +84,12 @@ pub struct RevokeForm {
 
 pub async fn revoke(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<RevokeForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let outcome = async {
         let form = readable(form)?;
         if form.confirm.as_deref() != Some("yes") {
@@ -127,16 +119,12 @@ pub struct PolicyForm {
 /// Changes a key's duplicate guard (operator role).
 pub async fn set_duplicate_policy(
     State(state): State<AppState>,
-    me: Option<Extension<Me>>,
+    Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<PolicyForm>, FormRejection>,
 ) -> Response {
-    let me = match require(me, Role::Operator) {
-        Ok(me) => me,
-        Err(err) => return err.into_response(),
-    };
     let outcome = async {
         let form = readable(form)?;
         let policy = DuplicatePolicy::parse(&form.duplicate_policy).map_err(AppError::from)?;
@@ -165,13 +153,9 @@ pub const MAX_SUGGESTION_CSV: usize = 8 * 1024 * 1024;
 /// An uploaded CSV of customer, amount rows becomes the new-key form's
 /// suggested expected total.
 pub async fn suggest(
-    me: Option<Extension<Me>>,
     session: Session,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Response {
-    if let Err(err) = require(me, Role::Operator) {
-        return err.into_response();
-    }
     let outcome = async {
         let mut multipart = multipart.map_err(|err| unreadable(err.body_text()))?;
         let (mut file, mut currency) = (None, String::from("usd"));

@@ -294,6 +294,10 @@ async fn sign_in_never_redirects_off_site(pool: PgPool) {
         "//evil.example/",
         "https://evil.example/",
         "/\\evil.example",
+        // Browsers drop the tab (and newlines) and go to //evil.example.
+        "/\t/evil.example",
+        "/\n/evil.example",
+        "/ /evil.example",
     ] {
         let body = format!(
             "{}&next={}",
@@ -303,9 +307,21 @@ async fn sign_in_never_redirects_off_site(pool: PgPool) {
         assert_eq!(
             app.post_form("/auth/login", &body, None).await.location(),
             "/",
-            "next={next}"
+            "next={next:?}"
         );
+        // Nor does a failed sign-in carry the address on.
+        let body = format!(
+            "{}&next={}",
+            sign_in_body("ana@example.com", "wrong password!"),
+            enc(next)
+        );
+        let refused = app.post_form("/auth/login", &body, None).await;
+        assert_eq!(refused.location(), "/login?error=invalid", "next={next:?}");
     }
+    let page = app
+        .get(&format!("/login?next={}", enc("/\t/evil.example")), None)
+        .await;
+    assert!(page.body.contains("would have sent you to another site"));
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]

@@ -13,13 +13,8 @@ use tower::ServiceExt;
 use std::time::Duration;
 
 use app::{
-    domain::{Email, Role},
-    ssr::{
-        accounts,
-        data::{actions::Actor, api_tokens},
-        secrets::Secret,
-        AppState, AuthConfig,
-    },
+    domain::{ApiScope, Email, Role},
+    ssr::{accounts, data::actions::Actor, tokens, AppState, AuthConfig},
 };
 use server::proxy::upstream::{StripeSecret, Upstream};
 
@@ -33,6 +28,7 @@ pub struct TestApp {
     pub pool: PgPool,
     /// The proxy's pool (ledger writers and key lookups).
     pub ledger_pool: PgPool,
+    pub state: AppState,
 }
 
 impl TestApp {
@@ -84,19 +80,25 @@ impl TestApp {
             cap_increases: Default::default(),
         };
         Self {
-            router: server::http::router(state, upstream, ledger_pool.clone()),
+            router: server::http::router(state.clone(), upstream, ledger_pool.clone()),
             pool,
             ledger_pool,
+            state,
         }
     }
 
-    /// An admin API token, as `vaultcap token add` makes one.
+    /// An API token holding every scope, as `vaultcap token add` makes one.
     pub async fn api_token(&self) -> String {
-        let secret = Secret::generate("vct_");
-        api_tokens::insert(&self.pool, "tests", &secret.hash, &secret.prefix, None)
+        self.api_token_with(&ApiScope::ALL).await
+    }
+
+    /// An API token holding only `scopes`, valid for 90 days.
+    pub async fn api_token_with(&self, scopes: &[ApiScope]) -> String {
+        tokens::create(&self.pool, Actor::Cli, "tests", scopes, 90)
             .await
-            .unwrap();
-        secret.plaintext
+            .unwrap()
+            .secret
+            .plaintext
     }
 
     /// A JSON request to the key API.

@@ -5,6 +5,7 @@
 mod fake_stripe;
 mod helpers;
 
+mod access;
 mod alerts;
 mod audit;
 mod auth;

@@ -12,8 +12,8 @@ use crate::domain::{ActionEntry, ActionFilter, ActionPage, ActionQuery, Position
 pub enum Actor {
     /// A signed-in operator in the console.
     Operator { id: i64, ip: Option<IpAddr> },
-    /// A billing job or tool with an admin API token.
-    ApiToken { id: i64 },
+    /// A billing job or tool with an API token, from this address.
+    ApiToken { id: i64, ip: Option<IpAddr> },
     /// The `vaultcap` command line on the server host.
     Cli,
     /// Vaultcap itself (bootstrap, sweeps).
@@ -30,7 +30,7 @@ pub async fn record(
 ) -> Result<(), sqlx::Error> {
     let (operator_id, api_token_id, via, ip) = match actor {
         Actor::Operator { id, ip } => (Some(id), None, "console", ip),
-        Actor::ApiToken { id } => (None, Some(id), "api", None),
+        Actor::ApiToken { id, ip } => (None, Some(id), "api", ip),
         Actor::Cli => (None, None, "cli", None),
         Actor::System => (None, None, "system", None),
     };

@@ -94,7 +94,7 @@ pub async fn acknowledge(
 ) -> Result<Alert, AlertChangeError> {
     let (operator, token) = match actor {
         Actor::Operator { id, .. } => (Some(id), None),
-        Actor::ApiToken { id } => (None, Some(id)),
+        Actor::ApiToken { id, .. } => (None, Some(id)),
         Actor::Cli | Actor::System => (None, None),
     };
     let update = sqlx::query(

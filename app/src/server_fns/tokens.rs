@@ -1,0 +1,11 @@
+use leptos::prelude::*;
+
+use crate::{domain::ApiTokenSummary, error::AppError};
+
+#[server(endpoint = "list_api_tokens")]
+pub async fn list_api_tokens() -> Result<Vec<ApiTokenSummary>, AppError> {
+    use crate::{domain::Role, ssr};
+    ssr::auth::require(Role::Admin)?;
+    let state = expect_context::<ssr::AppState>();
+    Ok(ssr::data::api_tokens::list(&state.pool).await?)
+}

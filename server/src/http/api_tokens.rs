@@ -1,0 +1,79 @@
+//! The API tokens page's forms (admin): create a token, revoke one.
+
+use axum::{
+    body::Bytes,
+    extract::{Path, State},
+    response::Response,
+    Extension,
+};
+use tower_sessions::Session;
+
+use super::{auth::ClientIp, forms::Page};
+use app::{
+    domain::{parse_token_days, ApiScope, Me, Notice},
+    error::AppError,
+    ssr::{data::actions::Actor, tokens, AppState},
+};
+
+const PAGE: Page = Page {
+    path: "/tokens",
+    gone: "That token no longer exists.",
+};
+
+/// `name`, one `scope` field per ticked box, and `days`. Read by hand:
+/// repeated fields are what checkboxes send.
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(me): Extension<Me>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    body: Bytes,
+) -> Response {
+    let outcome = async {
+        let (mut name, mut scopes, mut days) = (String::new(), Vec::new(), String::new());
+        for (field, value) in form_urlencoded::parse(&body) {
+            match field.as_ref() {
+                "name" => name = value.into_owned(),
+                "scope" => scopes.push(value.into_owned()),
+                "days" => days = value.into_owned(),
+                _ => {}
+            }
+        }
+        if scopes.is_empty() {
+            return Err(AppError::Invalid(
+                "tick at least one scope: a token that may do nothing is of no use".into(),
+            )
+            .into());
+        }
+        let scopes = ApiScope::parse_list(&scopes.join(","))?;
+        let days = parse_token_days(&days)?;
+        let actor = Actor::Operator { id: me.id, ip };
+        let created = tokens::create(&state.pool, actor, &name, &scopes, days).await?;
+        Ok(Notice::success(format!(
+            "Created the token \"{}\" with {}, valid {days} days. Copy it now: it is not shown again.",
+            name.trim(),
+            ApiScope::join(&scopes)
+        ))
+        .with_secret(created.secret.plaintext))
+    }
+    .await;
+    PAGE.back_with(&session, outcome).await
+}
+
+pub async fn revoke(
+    State(state): State<AppState>,
+    Extension(me): Extension<Me>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    Path(id): Path<i64>,
+) -> Response {
+    let outcome = async {
+        let actor = Actor::Operator { id: me.id, ip };
+        let name = tokens::revoke(&state.pool, actor, id).await?;
+        Ok(Notice::success(format!(
+            "Revoked the token \"{name}\": its next call is refused."
+        )))
+    }
+    .await;
+    PAGE.back_with(&session, outcome).await
+}
