@@ -62,6 +62,19 @@ pub struct ServeArgs {
     #[arg(long, env = "VAULTCAP_SECURE_COOKIES", default_value_t = false)]
     pub secure_cookies: bool,
 
+    /// Reverse proxies (TLS terminators, load balancers) in front of the
+    /// console, as addresses or networks (`10.0.0.0/8`): only their
+    /// `X-Forwarded-For` names the client for sign-in throttling and the
+    /// action log. Repeat the flag, or separate them with commas.
+    #[arg(long = "trusted-proxy", env = "VAULTCAP_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_network)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+
+    /// Passwords checked at once (each check takes 19 MiB for a few tens
+    /// of milliseconds); a sign-in that waits 3 s for a slot gets 503.
+    #[arg(long, env = "VAULTCAP_MAX_PASSWORD_CHECKS", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub max_password_checks: u16,
+
     /// Minutes of inactivity after which a session ends.
     #[arg(long, env = "VAULTCAP_SESSION_IDLE_MINUTES", default_value_t = 30)]
     pub session_idle_minutes: i64,
@@ -98,6 +111,14 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub stripe: StripeArgs,
+}
+
+/// `10.0.0.0/8`, or a single address (`10.0.0.2`).
+fn parse_network(raw: &str) -> Result<ipnet::IpNet, String> {
+    let raw = raw.trim();
+    raw.parse::<ipnet::IpNet>()
+        .or_else(|_| raw.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{raw:?} is neither an address nor a network like 10.0.0.0/8"))
 }
 
 fn parse_webhook(raw: &str) -> Result<String, String> {

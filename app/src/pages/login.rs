@@ -16,12 +16,17 @@ pub fn LoginPage() -> impl IntoView {
         Some(_) => (String::new(), true),
         None => (String::new(), false),
     };
-    let minutes = param("minutes")
-        .and_then(|m| m.parse::<u32>().ok())
-        .unwrap_or(15);
+    let wait = param("wait")
+        .and_then(|s| s.parse::<u32>().ok())
+        .map(|seconds| match seconds {
+            0..=1 => "a second".to_string(),
+            2..=119 => format!("{seconds} seconds"),
+            _ => format!("{} minutes", seconds.div_ceil(60)),
+        })
+        .unwrap_or_else(|| "a minute".into());
     let error = param("error").map(|code| match code.as_str() {
         "invalid" => "Email or password is incorrect.".to_string(),
-        "throttled" => format!("Too many failed sign-in attempts. Try again in {minutes} minutes."),
+        "throttled" => format!("Too many failed sign-in attempts. Try again in {wait}."),
         "disabled" => "This account is disabled. Ask an administrator to enable it.".to_string(),
         "expired" => "Your session expired. Sign in again.".to_string(),
         "form" => "Enter your email and password.".to_string(),

@@ -4,18 +4,15 @@
 
 use std::net::IpAddr;
 
-use chrono::Utc;
+use chrono::{Duration, Utc};
 use serde_json::json;
 use sqlx::PgPool;
 
 use super::{
-    auth::{
-        burn_verification_time, check_password_strength, generate_password, hash_password,
-        verify_password,
-    },
+    auth::{check_password_strength, generate_password, hash_password, Busy, PasswordChecks},
     data::{
         actions::{self, Actor},
-        login_failures,
+        login_failures::{self, Attempt},
         operators::{self, InsertError, OperatorRow},
     },
     AuthConfig,
@@ -31,10 +28,12 @@ use crate::{
 pub enum SignInError {
     #[error("Email or password is incorrect.")]
     Invalid,
-    #[error("Too many failed sign-in attempts. Try again in {minutes} minutes.")]
-    Throttled { minutes: i64 },
+    #[error("Too many failed sign-in attempts. Try again in {} seconds.", retry_after.num_seconds())]
+    Throttled { retry_after: Duration },
     #[error("This account is disabled. Ask an administrator to enable it.")]
     Disabled,
+    #[error("Vaultcap is busy checking other sign-ins. Try again in a few seconds.")]
+    Busy,
     #[error("Something went wrong on our side; it has been logged. Try again in a moment.")]
     Internal,
 }
@@ -46,9 +45,13 @@ impl From<sqlx::Error> for SignInError {
     }
 }
 
+/// Checks an email and password. The attempt is recorded as a failure
+/// before the password is checked (see `login_failures`), so at most the
+/// throttle's free failures are checked however many guesses arrive at once.
 pub async fn sign_in(
     pool: &PgPool,
     config: &AuthConfig,
+    checks: &PasswordChecks,
     raw_email: &str,
     password: String,
     ip: Option<IpAddr>,
@@ -60,40 +63,43 @@ pub async fn sign_in(
         .as_ref()
         .map(|e| e.as_str().to_owned())
         .unwrap_or_else(|_| raw_email.trim().to_lowercase());
-    let now = Utc::now();
-    let (account_failures, ip_failures) =
-        login_failures::count_since(pool, &throttle_key, ip, now - config.throttle_window).await?;
-    if account_failures >= config.max_failures_per_account
-        || ip_failures >= config.max_failures_per_ip
-    {
-        return Err(SignInError::Throttled {
-            minutes: config.throttle_window.num_minutes(),
-        });
-    }
+    let attempt = match login_failures::claim(pool, &throttle_key, ip, config.throttle).await? {
+        Attempt::Claimed { id } => id,
+        Attempt::Refused { retry_after } => return Err(SignInError::Throttled { retry_after }),
+    };
 
     let operator = match &email {
         Ok(email) => operators::find_by_email(pool, email).await?,
         Err(_) => None,
     };
-    // Argon2 is deliberately slow: keep it off the async workers.
-    let verified = tokio_blocking(move || match operator {
-        Some(op) if verify_password(&password, &op.password_hash) => Some(op),
-        Some(_) => None,
-        None => {
-            burn_verification_time(&password);
-            None
+    let hash = operator.as_ref().map(|op| op.password_hash.clone());
+    let verified = match checks.verify(password, hash).await {
+        Ok(verified) => verified,
+        Err(Busy) => {
+            login_failures::forget(pool, attempt).await?;
+            return Err(SignInError::Busy);
         }
-    })
-    .await?;
-
-    let Some(operator) = verified else {
-        login_failures::record(pool, &throttle_key, ip).await?;
-        return Err(SignInError::Invalid);
+    };
+    let operator = match operator {
+        Some(operator) if verified => operator,
+        _ => {
+            actions::record(
+                pool,
+                Actor::Visitor { ip },
+                "sign_in_failed",
+                "operator",
+                None,
+                json!({ "email": throttle_key, "reason": "wrong email or password" }),
+            )
+            .await?;
+            return Err(SignInError::Invalid);
+        }
     };
     if operator.disabled_at.is_some() {
         return Err(SignInError::Disabled);
     }
-    login_failures::clear(pool, &throttle_key, now - config.throttle_window).await?;
+    login_failures::forget(pool, attempt).await?;
+    login_failures::clear(pool, &throttle_key, config.throttle.window).await?;
     actions::record(
         pool,
         Actor::Operator {
@@ -107,15 +113,6 @@ pub async fn sign_in(
     )
     .await?;
     Ok(operator)
-}
-
-async fn tokio_blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, SignInError> {
-    tokio::task::spawn_blocking(f).await.map_err(|err| {
-        tracing::error!(error = %err, "password verification task failed");
-        SignInError::Internal
-    })
 }
 
 /// A new operator. Without a password one is generated and returned, to be

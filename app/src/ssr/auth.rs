@@ -51,6 +51,71 @@ pub fn burn_verification_time(password: &str) {
     let _ = verify_password(password, hash);
 }
 
+/// At most a few password checks at once: each takes 19 MiB and a core for
+/// a few tens of milliseconds, so a burst of sign-ins must queue, briefly,
+/// or be told to come back, not take the server's memory.
+#[derive(Clone)]
+pub struct PasswordChecks {
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
+    /// How long a sign-in waits for a free slot before it is told to retry.
+    queue_wait: std::time::Duration,
+    performed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Every password check slot stayed taken while a sign-in waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy;
+
+impl PasswordChecks {
+    pub fn new(concurrent: usize, queue_wait: std::time::Duration) -> Self {
+        Self {
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(concurrent.max(1))),
+            queue_wait,
+            performed: Default::default(),
+        }
+    }
+
+    /// Whether `password` matches `hash`; without a hash (no such account)
+    /// the same work is done against a throwaway one, so timing says
+    /// nothing about which accounts exist.
+    pub async fn verify(&self, password: String, hash: Option<String>) -> Result<bool, Busy> {
+        let permit = tokio::time::timeout(self.queue_wait, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| Busy)?
+            .map_err(|_| Busy)?;
+        self.performed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Argon2 is deliberately slow: keep it off the async workers.
+        let verified = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            match hash {
+                Some(hash) => verify_password(&password, &hash),
+                None => {
+                    burn_verification_time(&password);
+                    false
+                }
+            }
+        })
+        .await;
+        Ok(verified.unwrap_or_else(|err| {
+            tracing::error!(error = %err, "password verification task failed");
+            false
+        }))
+    }
+
+    /// How many passwords this process has checked (for tests and metrics).
+    pub fn performed(&self) -> u64 {
+        self.performed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Default for PasswordChecks {
+    /// Four at once, each sign-in waiting at most 3 s for its turn.
+    fn default() -> Self {
+        Self::new(4, std::time::Duration::from_secs(3))
+    }
+}
+
 /// A random password for a new operator: 20 characters without look-alikes
 /// (about 115 bits), shown once.
 pub fn generate_password() -> String {
@@ -199,6 +264,21 @@ mod tests {
         assert!(verify_password("correct horse battery", &hash));
         assert!(!verify_password("correct horse battery!", &hash));
         assert!(!verify_password("anything", "not a phc string"));
+    }
+
+    #[tokio::test]
+    async fn password_checks_beyond_the_pool_are_told_to_come_back() {
+        let hash = hash_password("correct horse battery");
+        let checks = PasswordChecks::new(1, std::time::Duration::ZERO);
+        let (first, second) = tokio::join!(
+            checks.verify("correct horse battery".into(), Some(hash.clone())),
+            checks.verify("correct horse battery".into(), Some(hash.clone())),
+        );
+        assert_eq!((first, second), (Ok(true), Err(Busy)));
+        assert_eq!(checks.performed(), 1);
+        assert_eq!(checks.verify("wrong".into(), Some(hash)).await, Ok(false));
+        assert_eq!(checks.verify("anything".into(), None).await, Ok(false));
+        assert_eq!(checks.performed(), 3);
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub async fn request(
     let (requested_by, requested_by_token) = match actor {
         Actor::Operator { id, .. } => (Some(id), None),
         Actor::ApiToken { id, .. } => (None, Some(id)),
-        Actor::Cli | Actor::System => {
+        Actor::Visitor { .. } | Actor::Cli | Actor::System => {
             return Err(AppError::Invalid(
                 "a cap increase is asked for by a person or an API token".into(),
             ))

@@ -4,6 +4,8 @@ use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::PgPool;
 
+use super::{auth::PasswordChecks, data::login_failures::Limits};
+
 /// What every request handler and server function can reach. Holds no
 /// per-process state beyond configuration: the database is the one source
 /// of truth, so several instances can run side by side.
@@ -13,6 +15,8 @@ pub struct AppState {
     pub pool: PgPool,
     pub auth: Arc<AuthConfig>,
     pub cap_increases: CapIncreaseRules,
+    /// The bounded pool sign-ins check passwords in.
+    pub password_checks: PasswordChecks,
 }
 
 /// How cap increase requests are bounded.
@@ -43,12 +47,12 @@ pub struct AuthConfig {
     pub absolute_timeout: chrono::Duration,
     /// Set the cookie's `Secure` flag (the console is served over TLS).
     pub secure_cookies: bool,
-    /// Failed sign-ins counted over this window…
-    pub throttle_window: chrono::Duration,
-    /// …lock the account after this many…
-    pub max_failures_per_account: i64,
-    /// …and the client address after this many.
-    pub max_failures_per_ip: i64,
+    /// How failed sign-ins slow down guessing (per account: a growing
+    /// delay, never a lock an attacker could impose; per address: a limit).
+    pub throttle: Limits,
+    /// Reverse proxies (TLS terminators, load balancers) whose
+    /// `X-Forwarded-For` names the client; from anyone else it is ignored.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl Default for AuthConfig {
@@ -57,9 +61,14 @@ impl Default for AuthConfig {
             idle_timeout: chrono::Duration::minutes(30),
             absolute_timeout: chrono::Duration::hours(12),
             secure_cookies: false,
-            throttle_window: chrono::Duration::minutes(15),
-            max_failures_per_account: 5,
-            max_failures_per_ip: 50,
+            throttle: Limits {
+                window: chrono::Duration::minutes(15),
+                free_per_account: 5,
+                first_delay: chrono::Duration::seconds(1),
+                max_delay: chrono::Duration::seconds(60),
+                max_per_ip: 50,
+            },
+            trusted_proxies: Vec::new(),
         }
     }
 }

@@ -110,7 +110,7 @@ pub async fn issue_in(
     let (created_by, created_by_token) = match actor {
         Actor::Operator { id, .. } => (Some(id), None),
         Actor::ApiToken { id, .. } => (None, Some(id)),
-        Actor::Cli | Actor::System => (None, None),
+        Actor::Visitor { .. } | Actor::Cli | Actor::System => (None, None),
     };
     let row = vault_keys::insert(
         &mut *tx,

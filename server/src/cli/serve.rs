@@ -5,6 +5,7 @@ use app::{
     domain::Email,
     ssr::{
         accounts,
+        auth::PasswordChecks,
         data::{alerts, spend},
         AppState, AuthConfig, CapIncreaseRules,
     },
@@ -99,8 +100,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             idle_timeout: chrono::Duration::minutes(args.session_idle_minutes),
             absolute_timeout: chrono::Duration::hours(args.session_max_hours),
             secure_cookies: args.secure_cookies,
+            trusted_proxies: args.trusted_proxies.clone(),
             ..AuthConfig::default()
         }),
+        password_checks: PasswordChecks::new(
+            args.max_password_checks.into(),
+            std::time::Duration::from_secs(3),
+        ),
         cap_increases: CapIncreaseRules {
             request_ttl: chrono::Duration::hours(args.cap_request_ttl_hours),
             ceiling_pct: args.cap_ceiling_pct,

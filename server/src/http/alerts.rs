@@ -9,7 +9,7 @@ use serde::Deserialize;
 use tower_sessions::Session;
 
 use super::{
-    auth::ClientIp,
+    client_ip::ClientIp,
     forms::{readable, Failure, Page},
 };
 use app::{

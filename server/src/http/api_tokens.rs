@@ -8,7 +8,7 @@ use axum::{
 };
 use tower_sessions::Session;
 
-use super::{auth::ClientIp, forms::Page};
+use super::{client_ip::ClientIp, forms::Page};
 use app::{
     domain::{parse_token_days, ApiScope, Me, Notice},
     error::AppError,

@@ -21,8 +21,8 @@ use sqlx::{pool::PoolConnection, PgPool, Postgres};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use super::{
-    auth::ClientIp,
     busy::{Busy, HeavyWork},
+    client_ip::ClientIp,
     error::HttpError,
 };
 use crate::api::{ApiError, ApiToken};

@@ -1,11 +1,9 @@
 //! Signing in and out, and the middleware that tells every request who is
 //! behind it.
 
-use std::net::{IpAddr, SocketAddr};
-
 use axum::{
-    extract::{rejection::FormRejection, ConnectInfo, FromRequestParts, Request, State},
-    http::{request::Parts, Method, StatusCode},
+    extract::{rejection::FormRejection, Request, State},
+    http::{header, Method, StatusCode},
     middleware::Next,
     response::{IntoResponse, Redirect, Response},
     Form,
@@ -13,7 +11,7 @@ use axum::{
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::error::HttpError;
+use super::{client_ip::ClientIp, error::HttpError};
 use app::{
     domain::is_local_path,
     ssr::{
@@ -22,22 +20,6 @@ use app::{
         AppState,
     },
 };
-
-/// The client's address as the socket saw it (absent in in-process tests).
-pub struct ClientIp(pub Option<IpAddr>);
-
-impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Self(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|info| info.0.ip()),
-        ))
-    }
-}
 
 #[derive(Debug, Deserialize)]
 pub struct SignInForm {
@@ -63,7 +45,16 @@ pub async fn login(
     if form.email.trim().is_empty() || form.password.is_empty() {
         return Redirect::to(&login_url("form", &form.next)).into_response();
     }
-    match accounts::sign_in(&state.pool, &state.auth, &form.email, form.password, ip).await {
+    let signed_in = accounts::sign_in(
+        &state.pool,
+        &state.auth,
+        &state.password_checks,
+        &form.email,
+        form.password,
+        ip,
+    )
+    .await;
+    match signed_in {
         Ok(operator) => {
             if let Err(err) = begin_session(&session, operator.id).await {
                 return HttpError::from(err).into_response();
@@ -78,9 +69,21 @@ pub async fn login(
         Err(SignInError::Internal) => {
             HttpError::from(app::error::AppError::Internal).into_response()
         }
+        Err(SignInError::Busy) => (
+            [(header::RETRY_AFTER, "5")],
+            HttpError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                SignInError::Busy.to_string(),
+            ),
+        )
+            .into_response(),
         Err(err) => {
             let code = match err {
-                SignInError::Throttled { minutes } => format!("throttled&minutes={minutes}"),
+                SignInError::Throttled { retry_after } => {
+                    // Whole seconds, rounded up: never "try again in 0".
+                    let seconds = (retry_after.num_milliseconds() + 999) / 1000;
+                    format!("throttled&wait={}", seconds.max(1))
+                }
                 SignInError::Disabled => "disabled".into(),
                 _ => "invalid".into(),
             };

@@ -11,7 +11,7 @@ use axum::{
 use tower_sessions::Session;
 
 use super::{
-    auth::ClientIp,
+    client_ip::ClientIp,
     forms::{readable, Failure, Page},
 };
 use app::{

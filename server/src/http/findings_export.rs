@@ -12,7 +12,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use super::{auth::ClientIp, error::HttpError};
+use super::{client_ip::ClientIp, error::HttpError};
 use app::{
     domain::{Cents, FindingFilter, Me},
     error::AppError,

@@ -14,7 +14,7 @@ use axum::{
 };
 use serde_json::json;
 
-use super::{auth::ClientIp, error::HttpError};
+use super::{client_ip::ClientIp, error::HttpError};
 use app::{
     domain::{Me, Role},
     error::AppError,

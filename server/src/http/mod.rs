@@ -7,6 +7,7 @@ mod audit_export;
 mod auth;
 mod busy;
 mod cap_increases;
+mod client_ip;
 mod error;
 mod findings_export;
 mod forms;
@@ -31,7 +32,7 @@ use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
 pub use audit_export::api as audit_export_api;
-pub use auth::ClientIp;
+pub use client_ip::{ClientIp, TrustedProxies};
 pub use guard::{ConsoleRoute, ConsoleRoutes};
 
 use crate::proxy::{upstream::Upstream, KeyLookup, Ledger, ProxyState, RESERVE_QUEUE};
@@ -49,6 +50,7 @@ pub const MAX_FORM_BODY: usize = 64 * 1024;
 /// ledger and key lookups use `ledger_pool` only.
 pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Router {
     let routes = generate_route_list(App);
+    let trusted_proxies = TrustedProxies(std::sync::Arc::new(state.auth.trusted_proxies.clone()));
     let heavy = busy::HeavyWork::new();
     let leptos_options = state.leptos_options.clone();
 
@@ -102,6 +104,7 @@ pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Route
         .route("/metrics", get(metrics))
         .with_state(state)
         .layer(CompressionLayer::new())
+        .layer(axum::Extension(trusted_proxies))
         // Stripe's answers pass through as they came: no compression layer.
         .merge(proxy)
 }

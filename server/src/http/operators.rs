@@ -10,7 +10,7 @@ use serde::Deserialize;
 use tower_sessions::Session;
 
 use super::{
-    auth::ClientIp,
+    client_ip::ClientIp,
     forms::{readable, Page},
 };
 use app::{

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use tower_sessions::Session;
 
 use super::{
-    auth::ClientIp,
     busy::{Busy, HeavyWork},
+    client_ip::ClientIp,
     forms::{readable, Failure, Page},
 };
 use app::{

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use tower_sessions::Session;
 
 use super::{
-    auth::ClientIp,
+    client_ip::ClientIp,
     error::HttpError,
     forms::{readable, Failure, Page},
 };

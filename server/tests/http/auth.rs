@@ -155,10 +155,13 @@ async fn disabling_an_operator_ends_their_open_session(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
-async fn repeated_failures_lock_the_account_even_for_the_right_password(pool: PgPool) {
-    let app = TestApp::new(pool);
+async fn repeated_failures_slow_the_account_down_without_locking_it(pool: PgPool) {
+    // A minute's delay, so that a slow test machine cannot outwait it.
+    let mut auth = AuthConfig::default();
+    auth.throttle.first_delay = chrono::Duration::seconds(60);
+    let app = TestApp::with_auth(pool.clone(), auth);
     app.add_operator("ana@example.com", Role::Viewer).await;
-    for _ in 0..AuthConfig::default().max_failures_per_account {
+    for _ in 0..AuthConfig::default().throttle.free_per_account {
         let response = app
             .post_form(
                 "/auth/login",
@@ -168,6 +171,7 @@ async fn repeated_failures_lock_the_account_even_for_the_right_password(pool: Pg
             .await;
         assert_eq!(response.location(), "/login?error=invalid");
     }
+    // At once after the free failures: even the right password waits.
     let response = app
         .post_form(
             "/auth/login",
@@ -175,46 +179,212 @@ async fn repeated_failures_lock_the_account_even_for_the_right_password(pool: Pg
             None,
         )
         .await;
-    assert_eq!(response.location(), "/login?error=throttled&minutes=15");
+    assert_eq!(response.location(), "/login?error=throttled&wait=60");
     assert!(response.session_cookie().is_none());
     assert!(app
         .get(response.location(), None)
         .await
         .body
-        .contains("Try again in 15 minutes"));
+        .contains("Try again in 60 seconds"));
+
+    // A minute later (the failures are moved back instead of waiting), the
+    // owner signs in: an attacker's guesses cost them a delay, not a lock.
+    sqlx::query("UPDATE login_failures SET failed_at = failed_at - interval '61 seconds'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let response = app
+        .post_form(
+            "/auth/login",
+            &sign_in_body("ana@example.com", PASSWORD),
+            None,
+        )
+        .await;
+    assert_eq!(response.location(), "/");
+}
+
+/// A sign-in form post from `peer`, with `X-Forwarded-For` when given.
+fn sign_in_from(
+    peer: [u8; 4],
+    forwarded_for: Option<&str>,
+    email: &str,
+    password: &str,
+) -> axum::http::Request<axum::body::Body> {
+    let mut request = axum::http::Request::post("/auth/login")
+        .header("host", "localhost")
+        .header("origin", "http://localhost")
+        .header("content-type", "application/x-www-form-urlencoded");
+    if let Some(hops) = forwarded_for {
+        request = request.header("x-forwarded-for", hops);
+    }
+    let mut request = request
+        .body(axum::body::Body::from(sign_in_body(email, password)))
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            peer, 4000,
+        ))));
+    request
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn repeated_failures_from_one_address_are_throttled_across_accounts(pool: PgPool) {
-    let auth = AuthConfig {
-        max_failures_per_ip: 3,
-        ..AuthConfig::default()
-    };
+    let mut auth = AuthConfig::default();
+    auth.throttle.max_per_ip = 3;
     let app = TestApp::with_auth(pool, auth);
     app.add_operator("ana@example.com", Role::Viewer).await;
-    let from_one_address =
-        |email: &str, password: &str| {
-            let mut request = axum::http::Request::post("/auth/login")
-                .header("host", "localhost")
-                .header("origin", "http://localhost")
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(axum::body::Body::from(sign_in_body(email, password)))
-                .unwrap();
-            request.extensions_mut().insert(axum::extract::ConnectInfo(
-                std::net::SocketAddr::from(([203, 0, 113, 7], 4000)),
-            ));
-            request
-        };
     for n in 0..3 {
         let response = app
-            .send(from_one_address(&format!("guess{n}@example.com"), "x"))
+            .send(sign_in_from(
+                [203, 0, 113, 7],
+                None,
+                &format!("guess{n}@example.com"),
+                "x",
+            ))
             .await;
         assert_eq!(response.location(), "/login?error=invalid");
     }
     let response = app
-        .send(from_one_address("ana@example.com", PASSWORD))
+        .send(sign_in_from(
+            [203, 0, 113, 7],
+            None,
+            "ana@example.com",
+            PASSWORD,
+        ))
         .await;
-    assert_eq!(response.location(), "/login?error=throttled&minutes=15");
+    assert!(
+        response
+            .location()
+            .starts_with("/login?error=throttled&wait="),
+        "{}",
+        response.location()
+    );
+}
+
+/// Behind a TLS proxy every sign-in comes from the proxy's address: the
+/// client it names counts, so one client's guesses do not lock out the
+/// rest; a client talking to us directly cannot pick its address.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_trusted_proxy_names_the_client_and_nobody_else_can(pool: PgPool) {
+    let mut auth = AuthConfig::default();
+    auth.throttle.max_per_ip = 3;
+    auth.trusted_proxies = vec!["10.0.0.0/8".parse().unwrap()];
+    let app = TestApp::with_auth(pool.clone(), auth);
+    app.add_operator("ana@example.com", Role::Viewer).await;
+    const PROXY: [u8; 4] = [10, 0, 0, 2];
+
+    for n in 0..3 {
+        let guess = sign_in_from(
+            PROXY,
+            Some("198.51.100.66"),
+            &format!("guess{n}@example.com"),
+            "x",
+        );
+        assert_eq!(app.send(guess).await.location(), "/login?error=invalid");
+    }
+    let attacker = app
+        .send(sign_in_from(
+            PROXY,
+            Some("198.51.100.66"),
+            "guess9@example.com",
+            "x",
+        ))
+        .await;
+    assert!(attacker.location().starts_with("/login?error=throttled"));
+    // Ana comes through the same proxy from elsewhere: not throttled.
+    let ana = app
+        .send(sign_in_from(
+            PROXY,
+            Some("192.0.2.10"),
+            "ana@example.com",
+            PASSWORD,
+        ))
+        .await;
+    assert_eq!(ana.location(), "/");
+
+    // Straight to us, claiming to be someone else: its own address counts.
+    let spoofer = app
+        .send(sign_in_from(
+            [203, 0, 113, 7],
+            Some("192.0.2.10"),
+            "guess0@example.com",
+            "x",
+        ))
+        .await;
+    assert_eq!(spoofer.location(), "/login?error=invalid");
+    let failed: Vec<(String, String)> = sqlx::query_as(
+        "SELECT host(ip), details->>'email' FROM operator_actions
+         WHERE action = 'sign_in_failed' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let addresses: Vec<&str> = failed.iter().map(|(ip, _)| ip.as_str()).collect();
+    assert_eq!(
+        addresses,
+        [
+            "198.51.100.66",
+            "198.51.100.66",
+            "198.51.100.66",
+            "203.0.113.7"
+        ],
+        "failed sign-ins are in the action log with the client's address"
+    );
+    let signed_in: String =
+        sqlx::query_scalar("SELECT host(ip) FROM operator_actions WHERE action = 'sign_in'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(signed_in, "192.0.2.10");
+}
+
+/// The failure is recorded before the password is checked, under a lock:
+/// a burst of guesses cannot all pass the count first.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_hundred_parallel_guesses_check_only_the_free_failures(pool: PgPool) {
+    // A minute's delay after the free failures: the burst is over long
+    // before it, however slow the machine.
+    let mut auth = AuthConfig::default();
+    auth.throttle.first_delay = chrono::Duration::seconds(60);
+    let app = TestApp::with_auth(pool.clone(), auth);
+    app.add_operator("ana@example.com", Role::Viewer).await;
+    let before = app.state.password_checks.performed();
+
+    let guesses = (0..100).map(|n| {
+        let router = app.router.clone();
+        let request = axum::http::Request::post("/auth/login")
+            .header("host", "localhost")
+            .header("origin", "http://localhost")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(axum::body::Body::from(sign_in_body(
+                "ana@example.com",
+                &format!("guess number {n}"),
+            )))
+            .unwrap();
+        tokio::spawn(async move {
+            use tower::ServiceExt;
+            let response = router.oneshot(request).await.unwrap();
+            response.headers()["location"].to_str().unwrap().to_owned()
+        })
+    });
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    for guess in futures::future::join_all(guesses).await {
+        let location = guess.unwrap();
+        let kind = location.split('&').next().unwrap().to_owned();
+        *outcomes.entry(kind).or_default() += 1;
+    }
+
+    let free = AuthConfig::default().throttle.free_per_account as u64;
+    let checked = app.state.password_checks.performed() - before;
+    assert_eq!(checked, free, "outcomes: {outcomes:?}");
+    assert_eq!(outcomes["/login?error=invalid"], free as usize);
+    assert_eq!(outcomes["/login?error=throttled"], 100 - free as usize);
+    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM login_failures")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, free as i64);
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
@@ -290,7 +460,7 @@ async fn anonymous_visitors_are_sent_to_sign_in_and_come_back_after(pool: PgPool
 async fn sign_in_never_redirects_off_site(pool: PgPool) {
     let app = TestApp::new(pool);
     app.add_operator("ana@example.com", Role::Viewer).await;
-    for next in [
+    for (n, next) in [
         "//evil.example/",
         "https://evil.example/",
         "/\\evil.example",
@@ -298,7 +468,10 @@ async fn sign_in_never_redirects_off_site(pool: PgPool) {
         "/\t/evil.example",
         "/\n/evil.example",
         "/ /evil.example",
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let body = format!(
             "{}&next={}",
             sign_in_body("ana@example.com", PASSWORD),
@@ -312,7 +485,7 @@ async fn sign_in_never_redirects_off_site(pool: PgPool) {
         // Nor does a failed sign-in carry the address on.
         let body = format!(
             "{}&next={}",
-            sign_in_body("ana@example.com", "wrong password!"),
+            sign_in_body(&format!("nobody{n}@example.com"), "wrong password!"),
             enc(next)
         );
         let refused = app.post_form("/auth/login", &body, None).await;

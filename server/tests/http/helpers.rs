@@ -78,6 +78,7 @@ impl TestApp {
             pool: pool.clone(),
             auth: Arc::new(auth),
             cap_increases: Default::default(),
+            password_checks: Default::default(),
         };
         Self {
             router: server::http::router(state.clone(), upstream, ledger_pool.clone()),

@@ -14,6 +14,8 @@ pub enum Actor {
     Operator { id: i64, ip: Option<IpAddr> },
     /// A billing job or tool with an API token, from this address.
     ApiToken { id: i64, ip: Option<IpAddr> },
+    /// Someone not signed in, at the console (a failed sign-in).
+    Visitor { ip: Option<IpAddr> },
     /// The `vaultcap` command line on the server host.
     Cli,
     /// Vaultcap itself (bootstrap, sweeps).
@@ -31,6 +33,7 @@ pub async fn record(
     let (operator_id, api_token_id, via, ip) = match actor {
         Actor::Operator { id, ip } => (Some(id), None, "console", ip),
         Actor::ApiToken { id, ip } => (None, Some(id), "api", ip),
+        Actor::Visitor { ip } => (None, None, "console", ip),
         Actor::Cli => (None, None, "cli", None),
         Actor::System => (None, None, "system", None),
     };
@@ -67,7 +70,7 @@ pub async fn for_subject(
 }
 
 /// An action as the console lists it; `a` is operator_actions.
-const SELECT_ENTRY: &str = "SELECT a.id, a.at, COALESCE(o.email, 'API token ' || t.name, CASE a.via WHEN 'cli' THEN 'command line' ELSE 'Vaultcap' END) AS who,
+const SELECT_ENTRY: &str = "SELECT a.id, a.at, COALESCE(o.email, 'API token ' || t.name, CASE a.via WHEN 'cli' THEN 'command line' WHEN 'console' THEN 'not signed in' ELSE 'Vaultcap' END) AS who,
         a.via, host(a.ip) AS ip, a.action,
         a.subject_type || COALESCE(' ' || a.subject_id, '') AS subject, a.details::text AS details
      FROM operator_actions a

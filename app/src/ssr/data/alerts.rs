@@ -95,7 +95,7 @@ pub async fn acknowledge(
     let (operator, token) = match actor {
         Actor::Operator { id, .. } => (Some(id), None),
         Actor::ApiToken { id, .. } => (None, Some(id)),
-        Actor::Cli | Actor::System => (None, None),
+        Actor::Visitor { .. } | Actor::Cli | Actor::System => (None, None),
     };
     let update = sqlx::query(
         "UPDATE alerts SET acknowledged_at = now(), acknowledged_by = $2, acknowledged_by_token = $3,

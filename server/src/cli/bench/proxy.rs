@@ -58,6 +58,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         pool: pool.clone(),
         auth: Arc::new(AuthConfig::default()),
         cap_increases: Default::default(),
+        password_checks: Default::default(),
     };
     let upstream = Upstream::new(
         &upstream_base,
