@@ -14,8 +14,15 @@ use crate::{
     },
 };
 
-/// The HTML document the server renders around the app.
+/// The HTML document the server renders around the app. Its scripts carry
+/// the nonce the server's Content-Security-Policy names for this response.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    if let Some(nonce) = use_context::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<leptos::nonce::Nonce>().cloned())
+    {
+        provide_context(nonce);
+    }
     view! {
         <!DOCTYPE html>
         <html lang="en">

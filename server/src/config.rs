@@ -69,6 +69,11 @@ pub struct ServeArgs {
     #[arg(long = "trusted-proxy", env = "VAULTCAP_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_network)]
     pub trusted_proxies: Vec<ipnet::IpNet>,
 
+    /// The bearer token a Prometheus scraper sends for `/metrics`. Without
+    /// it, `/metrics` answers only to clients on this host.
+    #[arg(long, env = "VAULTCAP_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+
     /// Passwords checked at once (each check takes 19 MiB for a few tens
     /// of milliseconds); a sign-in that waits 3 s for a slot gets 503.
     #[arg(long, env = "VAULTCAP_MAX_PASSWORD_CHECKS", default_value_t = 4,

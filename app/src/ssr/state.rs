@@ -53,6 +53,9 @@ pub struct AuthConfig {
     /// Reverse proxies (TLS terminators, load balancers) whose
     /// `X-Forwarded-For` names the client; from anyone else it is ignored.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The bearer token `/metrics` wants; without one, only this host
+    /// may read it.
+    pub metrics_token: Option<String>,
 }
 
 impl Default for AuthConfig {
@@ -69,6 +72,7 @@ impl Default for AuthConfig {
                 max_per_ip: 50,
             },
             trusted_proxies: Vec::new(),
+            metrics_token: None,
         }
     }
 }

@@ -101,6 +101,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             absolute_timeout: chrono::Duration::hours(args.session_max_hours),
             secure_cookies: args.secure_cookies,
             trusted_proxies: args.trusted_proxies.clone(),
+            metrics_token: args.metrics_token.clone(),
             ..AuthConfig::default()
         }),
         password_checks: PasswordChecks::new(

@@ -51,6 +51,7 @@ pub const MAX_FORM_BODY: usize = 64 * 1024;
 pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Router {
     let routes = generate_route_list(App);
     let trusted_proxies = TrustedProxies(std::sync::Arc::new(state.auth.trusted_proxies.clone()));
+    let secure = state.auth.secure_cookies;
     let heavy = busy::HeavyWork::new();
     let leptos_options = state.leptos_options.clone();
 
@@ -104,6 +105,10 @@ pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Route
         .route("/metrics", get(metrics))
         .with_state(state)
         .layer(CompressionLayer::new())
+        .layer(middleware::from_fn_with_state(
+            secure,
+            security::browser_headers,
+        ))
         .layer(axum::Extension(trusted_proxies))
         // Stripe's answers pass through as they came: no compression layer.
         .merge(proxy)
@@ -196,18 +201,35 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Prometheus text exposition (see `crate::metrics`).
-async fn metrics() -> axum::response::Response {
-    use axum::response::IntoResponse;
-    match crate::metrics::render() {
-        Some(text) => (
-            [(
-                axum::http::header::CONTENT_TYPE,
-                "text/plain; version=0.0.4",
-            )],
-            text,
+/// Prometheus text exposition (see `crate::metrics`), for the scraper
+/// holding `--metrics-token`, or without one configured, for this host only.
+async fn metrics(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::{http::header, response::IntoResponse};
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    let allowed = match (&state.auth.metrics_token, presented) {
+        // Compared as hashes: equal-length digests, no early exit to time.
+        (Some(token), Some(presented)) => {
+            app::ssr::secrets::hash(token) == app::ssr::secrets::hash(presented)
+        }
+        (Some(_), None) => false,
+        (None, _) => ip.is_some_and(|ip| ip.is_loopback()),
+    };
+    if !allowed {
+        return (
+            StatusCode::FORBIDDEN,
+            "metrics are for the scraper holding --metrics-token (or, without one, this host only)",
         )
-            .into_response(),
+            .into_response();
+    }
+    match crate::metrics::render() {
+        Some(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
             "metrics are not enabled in this process",

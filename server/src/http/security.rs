@@ -1,12 +1,14 @@
-//! Cross-site request forgery defence: a state-changing request carried by
-//! the session cookie must come from one of our own pages.
+//! What every console response carries for the browser's protection, and
+//! the cross-site request forgery defence: a state-changing request carried
+//! by the session cookie must come from one of our own pages.
 
 use axum::{
-    extract::Request,
-    http::{header, Method, StatusCode},
+    extract::{Request, State},
+    http::{header, HeaderValue, Method, StatusCode},
     middleware::Next,
     response::{IntoResponse, Response},
 };
+use leptos::nonce::Nonce;
 
 use super::error::HttpError;
 
@@ -46,4 +48,45 @@ fn is_same_origin(request: &Request) -> bool {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|site| site == "same-origin"),
     }
+}
+
+/// Sets the headers that keep a browser from being turned against the
+/// console: a Content-Security-Policy whose scripts must carry this
+/// response's nonce (the page's hydration script does; nothing injected
+/// can), no framing, no referrer outside the console, no MIME sniffing,
+/// and HSTS when the console is served over TLS (`secure`). The nonce is
+/// put into the request for the page renderer (see `app::shell`).
+pub async fn browser_headers(
+    State(secure): State<bool>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let nonce = Nonce::new();
+    request.extensions_mut().insert(nonce.clone());
+    let mut response = next.run(request).await;
+    let policy = format!(
+        "default-src 'self'; script-src 'self' 'nonce-{nonce}' 'wasm-unsafe-eval'; \
+         style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+         object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    );
+    let headers = response.headers_mut();
+    if let Ok(policy) = HeaderValue::from_str(&policy) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if secure {
+        headers.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
+    response
 }

@@ -559,3 +559,62 @@ async fn an_oversized_body_is_refused_with_413(pool: PgPool) {
     let response = app.post_form("/auth/login", &huge, None).await;
     assert_eq!(response.status, StatusCode::PAYLOAD_TOO_LARGE);
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn pages_carry_a_nonce_policy_their_own_scripts_satisfy(pool: PgPool) {
+    let app = TestApp::new(pool);
+    let cookie = app.signed_in("ana@example.com", Role::Viewer).await;
+    let page = app.get("/keys", Some(&cookie)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let header = |name: &str| {
+        page.headers
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} header"))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let policy = header("content-security-policy");
+    assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+    assert!(policy.contains("object-src 'none'"), "{policy}");
+    let nonce = policy
+        .split("'nonce-")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .expect("script-src names a nonce");
+    assert!(nonce.len() >= 16, "{nonce}");
+    let scripts = page.body.matches("<script").count();
+    assert!(scripts > 0);
+    assert_eq!(
+        page.body.matches(&format!("nonce=\"{nonce}\"")).count(),
+        scripts,
+        "every script carries this response's nonce"
+    );
+    assert_eq!(header("x-frame-options"), "DENY");
+    assert_eq!(header("referrer-policy"), "same-origin");
+    assert_eq!(header("x-content-type-options"), "nosniff");
+    assert!(
+        page.headers.get("strict-transport-security").is_none(),
+        "no HSTS without TLS"
+    );
+
+    let again = app.get("/keys", Some(&cookie)).await;
+    let other = again.headers["content-security-policy"].to_str().unwrap();
+    assert!(!other.contains(nonce), "a new nonce for every response");
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn behind_tls_pages_ask_for_https_only(pool: PgPool) {
+    let app = TestApp::with_auth(
+        pool,
+        AuthConfig {
+            secure_cookies: true,
+            ..AuthConfig::default()
+        },
+    );
+    let login = app.get("/login", None).await;
+    assert_eq!(
+        login.headers["strict-transport-security"],
+        "max-age=31536000"
+    );
+}

@@ -452,7 +452,45 @@ async fn calls_are_counted_by_decision_in_the_metrics(pool: PgPool) {
     app.stripe("/v1/charges", &key, CHARGE, &[]).await;
     app.stripe("/v1/charges", &key, CHARGE, &[]).await;
     let metrics = app.get("/metrics", None).await;
-    assert_eq!(metrics.status, StatusCode::OK);
+    assert_eq!(
+        metrics.status,
+        StatusCode::FORBIDDEN,
+        "not from this host, no token"
+    );
+    // The same process's metrics through an instance with a scraper token.
+    let mut state = app.state.clone();
+    state.auth = std::sync::Arc::new(app::ssr::AuthConfig {
+        metrics_token: Some("scraper-token".into()),
+        ..Default::default()
+    });
+    let upstream =
+        server::proxy::upstream::Upstream::new("http://127.0.0.1:9", None, Duration::from_secs(1))
+            .unwrap();
+    let scraped = |token: &str| {
+        let router = server::http::router(state.clone(), upstream.clone(), app.ledger_pool.clone());
+        let request = axum::http::Request::get("/metrics")
+            .header("host", "localhost")
+            .header("authorization", format!("Bearer {token}"))
+            .body(axum::body::Body::empty())
+            .unwrap();
+        async move {
+            let response = tower::ServiceExt::oneshot(router, request).await.unwrap();
+            let status = response.status();
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    assert_eq!(scraped("guess").await.0, StatusCode::FORBIDDEN);
+    let (status, body) = scraped("scraper-token").await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = crate::helpers::TestResponse {
+        status,
+        headers: Default::default(),
+        body,
+    };
     // Other tests in this process count too: only presence is certain.
     assert!(
         metrics
