@@ -93,6 +93,8 @@ pub struct CapIncrease {
     pub age_minutes: i64,
     /// The requester's email, or `API token <name>`.
     pub requested_by: String,
+    /// The operator who asked, or who made the API token that asked: the
+    /// one person who may not decide it.
     pub requested_by_id: Option<i64>,
     pub expires_at: DateTime<Utc>,
     /// `pending`, `approved`, `rejected` or `expired` (see [`RequestState`]).

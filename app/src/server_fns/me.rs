@@ -11,11 +11,29 @@ pub async fn get_me() -> Result<Option<Me>, AppError> {
     Ok(crate::ssr::auth::current_operator())
 }
 
-/// The one-time notice left by the last form submission, removed as it is read.
+/// The one-time notice left by the last form submission, removed as it is
+/// read; a sealed secret in it is opened with the browser's reveal cookie,
+/// which is then removed.
 #[server(endpoint = "take_notice")]
 pub async fn take_notice() -> Result<Option<Notice>, AppError> {
+    use crate::ssr::flash;
+    use http::{header, HeaderValue};
     let session = leptos_axum::extract::<tower_sessions::Session>().await?;
-    Ok(crate::ssr::flash::take(&session).await)
+    let headers = leptos_axum::extract::<http::HeaderMap>().await?;
+    let cookies = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let notice = flash::take(&session, Some(&cookies)).await;
+    if cookies.contains(flash::REVEAL_COOKIE) {
+        let response = expect_context::<leptos_axum::ResponseOptions>();
+        if let Ok(forget) = HeaderValue::from_str(&flash::forget_reveal_cookie()) {
+            response.append_header(header::SET_COOKIE, forget);
+        }
+    }
+    Ok(notice)
 }
 
 #[cfg(feature = "ssr")]

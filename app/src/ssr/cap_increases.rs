@@ -231,7 +231,7 @@ pub async fn decide(
     }
     if request.requested_by_id == Some(approver.id) {
         return Err(AppError::Invalid(format!(
-            "you asked for request #{id}, so another approver must decide it (four-eyes rule)"
+            "you asked for request #{id} (or made the API token that did), so another approver must decide it (four-eyes rule)"
         )));
     }
     let actor = Actor::Operator {
@@ -354,7 +354,7 @@ fn decision_refused(err: sqlx::Error) -> AppError {
         .map(str::to_owned);
     match constraint.as_deref() {
         Some("cap_increase_four_eyes") => AppError::Invalid(
-            "the requester cannot decide their own request (four-eyes rule)".into(),
+            "the requester (or the maker of the API token that asked) cannot decide the request (four-eyes rule)".into(),
         ),
         Some("cap_increase_decided_once") => {
             AppError::Invalid("the request was already decided".into())

@@ -1,19 +1,112 @@
 //! One-time notices carried across a post/redirect/get in the session.
+//!
+//! A secret in a notice (a new vault key, an API token, a generated
+//! password) never reaches the session store in clear: it is sealed with a
+//! one-time key (ChaCha20-Poly1305), the session row keeps the ciphertext
+//! and the browser the key, in a cookie that lives a minute. Neither half
+//! alone tells anything; both are gone once the notice is shown.
 
+use chacha20poly1305::{
+    aead::{Aead, AeadCore, KeyInit, OsRng},
+    ChaCha20Poly1305, Key, Nonce,
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use tower_sessions::Session;
 
 use crate::domain::{CapIncreaseDraft, FieldErrors, KeyDraft, Notice, Suggestion};
 
 const KEY: &str = "notice";
+const SEALED: &str = "notice_secret";
 
-pub async fn set(session: &Session, notice: Notice) {
+/// The cookie holding the key to a sealed secret.
+pub const REVEAL_COOKIE: &str = "vaultcap_reveal";
+/// How long a sealed secret can be opened.
+const REVEAL_SECONDS: i64 = 60;
+
+/// A secret as the session row keeps it.
+#[derive(Serialize, Deserialize)]
+struct Sealed {
+    nonce: Vec<u8>,
+    ciphertext: Vec<u8>,
+    until: DateTime<Utc>,
+}
+
+/// Keeps `notice` for the next page. When it carries a secret, answers the
+/// `Set-Cookie` value the response must carry for the secret to be shown.
+#[must_use = "a sealed secret can only be shown with the cookie this returns"]
+pub async fn set(session: &Session, mut notice: Notice) -> Option<String> {
+    let mut cookie = None;
+    if let Some(secret) = notice.secret.take() {
+        let key = ChaCha20Poly1305::generate_key(&mut OsRng);
+        let nonce = ChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let ciphertext = ChaCha20Poly1305::new(&key)
+            .encrypt(&nonce, secret.as_bytes())
+            .expect("sealing a short secret cannot fail");
+        let sealed = Sealed {
+            nonce: nonce.to_vec(),
+            ciphertext,
+            until: Utc::now() + chrono::Duration::seconds(REVEAL_SECONDS),
+        };
+        if let Err(err) = session.insert(SEALED, sealed).await {
+            tracing::error!(error = %err, "could not store a sealed secret in the session");
+        }
+        cookie = Some(format!(
+            "{REVEAL_COOKIE}={}; Max-Age={REVEAL_SECONDS}; Path=/; HttpOnly; SameSite=Strict",
+            hex::encode(key)
+        ));
+    }
     if let Err(err) = session.insert(KEY, notice).await {
         tracing::error!(error = %err, "could not store a notice in the session");
     }
+    cookie
 }
 
-pub async fn take(session: &Session) -> Option<Notice> {
-    session.remove::<Notice>(KEY).await.ok().flatten()
+/// The notice left for this page, removed as it is read, with its secret
+/// opened by the key in `cookies` (the request's `Cookie` header). A secret
+/// that can no longer be opened (the minute passed, the cookie is gone) is
+/// not shown, and the notice says so.
+pub async fn take(session: &Session, cookies: Option<&str>) -> Option<Notice> {
+    let mut notice = session.remove::<Notice>(KEY).await.ok().flatten()?;
+    let sealed = session.remove::<Sealed>(SEALED).await.ok().flatten();
+    if let Some(sealed) = sealed {
+        let key = cookies.and_then(reveal_key);
+        match key.and_then(|key| open(&sealed, &key)) {
+            Some(secret) => notice.secret = Some(secret),
+            None => notice.message.push_str(
+                " The secret is no longer shown: it could be read once, within a minute. Revoke what it belongs to and make another.",
+            ),
+        }
+    }
+    Some(notice)
+}
+
+/// The `Set-Cookie` value that removes the key from the browser.
+pub fn forget_reveal_cookie() -> String {
+    format!("{REVEAL_COOKIE}=; Max-Age=0; Path=/; HttpOnly; SameSite=Strict")
+}
+
+fn open(sealed: &Sealed, key: &[u8]) -> Option<String> {
+    if Utc::now() > sealed.until || key.len() != 32 || sealed.nonce.len() != 12 {
+        return None;
+    }
+    let cipher = ChaCha20Poly1305::new(Key::from_slice(key));
+    let plain = cipher
+        .decrypt(
+            Nonce::from_slice(&sealed.nonce),
+            sealed.ciphertext.as_slice(),
+        )
+        .ok()?;
+    String::from_utf8(plain).ok()
+}
+
+/// The reveal key from a `Cookie` header.
+fn reveal_key(cookies: &str) -> Option<Vec<u8>> {
+    let value = cookies.split(';').find_map(|pair| {
+        let (name, value) = pair.trim().split_once('=')?;
+        (name == REVEAL_COOKIE).then_some(value)
+    })?;
+    hex::decode(value).ok()
 }
 
 const KEY_DRAFT: &str = "key_draft";

@@ -5,14 +5,14 @@
 
 use axum::{
     extract::{rejection::FormRejection, Path, State},
-    response::{IntoResponse, Redirect, Response},
+    response::Response,
     Extension, Form,
 };
 use tower_sessions::Session;
 
 use super::{
     client_ip::ClientIp,
-    forms::{readable, Failure, Page},
+    forms::{readable, redirect_with, Failure, Page},
 };
 use app::{
     domain::{ApplyAs, CapIncreaseDraft, Cents, Currency, Me, Notice},
@@ -65,25 +65,19 @@ pub async fn request(
     }
     .await;
     match outcome {
-        Ok(notice) => {
-            flash::set(&session, notice).await;
-            Redirect::to(&format!("/keys/{key}")).into_response()
-        }
+        Ok(notice) => redirect_with(&session, notice, &format!("/keys/{key}")).await,
         Err(Failure::App(AppError::Invalid(message))) => {
             // Back to the form as typed, with the reason.
             let id = uuid::Uuid::new_v4().simple().to_string();
             flash::set_cap_increase_draft(&session, &id, &draft).await;
-            flash::set(
-                &session,
-                Notice::error(format!("Nothing was requested: {message}.")),
-            )
-            .await;
             let origin = form_urlencoded::byte_serialize(origin(&draft.origin).as_bytes())
                 .collect::<String>();
-            Redirect::to(&format!(
-                "/keys/{key}/cap-increase?origin={origin}&draft={id}"
-            ))
-            .into_response()
+            redirect_with(
+                &session,
+                Notice::error(format!("Nothing was requested: {message}.")),
+                &format!("/keys/{key}/cap-increase?origin={origin}&draft={id}"),
+            )
+            .await
         }
         Err(failure) => {
             KEYS.back_to(&format!("/keys/{key}"), &session, Err(failure))

@@ -5,7 +5,7 @@
 
 use axum::{
     extract::rejection::FormRejection,
-    http::StatusCode,
+    http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Redirect, Response},
     Form,
 };
@@ -81,7 +81,17 @@ impl Page {
             Err(Failure::App(AppError::NotFound)) => Notice::error(self.gone),
             Err(Failure::App(other)) => return HttpError::from(other).into_response(),
         };
-        flash::set(session, notice).await;
-        Redirect::to(path).into_response()
+        redirect_with(session, notice, path).await
     }
+}
+
+/// Leaves `notice` for the next page and redirects there, with the cookie
+/// that opens its sealed secret when it has one (see `flash`).
+pub async fn redirect_with(session: &Session, notice: Notice, path: &str) -> Response {
+    let reveal = flash::set(session, notice).await;
+    let mut response = Redirect::to(path).into_response();
+    if let Some(cookie) = reveal.and_then(|cookie| HeaderValue::from_str(&cookie).ok()) {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    response
 }

@@ -15,7 +15,7 @@ use tower_sessions::Session;
 use super::{
     client_ip::ClientIp,
     error::HttpError,
-    forms::{readable, Failure, Page},
+    forms::{readable, redirect_with, Failure, Page},
 };
 use app::{
     domain::{DuplicatePolicy, KeyDraft, Me, Notice},
@@ -49,8 +49,7 @@ pub async fn create(
             ))
             .with_secret(secret);
             flash::clear_key_draft(&session).await;
-            flash::set(&session, notice).await;
-            Redirect::to("/keys").into_response()
+            redirect_with(&session, notice, "/keys").await
         }
         Err(AppError::Invalid(message)) => {
             back_to_form(&session, &draft, vec![("label".into(), message)]).await

@@ -5,7 +5,7 @@ use axum::http::{Method, StatusCode};
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::helpers::TestApp;
+use crate::helpers::{one_time_secret, TestApp};
 use app::domain::{ApiScope, Role};
 
 /// A key any test can aim its calls at.
@@ -274,14 +274,8 @@ async fn an_admin_makes_a_scoped_token_on_the_tokens_page_and_revokes_it(pool: P
         )
         .await;
     assert_eq!(created.status, StatusCode::SEE_OTHER);
-    let page = app.get("/tokens", Some(&admin)).await;
-    let secret = page
-        .body
-        .split("data-testid=\"one-time-secret\">")
-        .nth(1)
-        .and_then(|rest| rest.split('<').next())
-        .expect("the new token is shown once")
-        .to_owned();
+    let page = app.get("/tokens", Some(&created.revealing(&admin))).await;
+    let secret = one_time_secret(&page.body).expect("the new token is shown once");
     assert!(secret.starts_with("vct_"), "{secret}");
     let again = app.get("/tokens", Some(&admin)).await;
     assert!(!again.body.contains(&secret), "shown only once");

@@ -8,7 +8,7 @@ use sqlx::PgPool;
 
 use crate::{
     alerts::receiver,
-    helpers::{enc, TestApp},
+    helpers::{enc, one_time_secret, TestApp},
     proxy::{proxy_with_key, CHARGE},
 };
 use app::{
@@ -246,6 +246,60 @@ async fn the_requester_can_never_decide_their_own_request(pool: PgPool) {
         err.as_database_error().unwrap().constraint(),
         Some("cap_increase_decided_by_approver")
     );
+}
+
+/// An admin who makes an API token and asks for more with it is still the
+/// one asking: they cannot approve it (otherwise one person could do both).
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_maker_of_the_token_that_asked_cannot_decide_either(pool: PgPool) {
+    let (app, _stripe, _secret, key) = proxy_with_key(pool.clone(), 5_000).await;
+    let admin = app.signed_in("admin@example.com", Role::Admin).await;
+    let created = app
+        .post_form(
+            "/tokens",
+            "name=my+own+job&scope=cap_requests%3Acreate&days=1",
+            Some(&admin),
+        )
+        .await;
+    let page = app.get("/tokens", Some(&created.revealing(&admin))).await;
+    let token = one_time_secret(&page.body).expect("the new token is shown once");
+    let asked = app
+        .api(
+            "POST",
+            &format!("/vault/keys/{key}/cap-increase-requests"),
+            Some(&token),
+            Some(json!({ "new_cap_cents": 7_000, "reason": "more seats" })),
+        )
+        .await;
+    assert_eq!(asked.status, StatusCode::CREATED, "{}", asked.body);
+    let id = latest_request(&pool).await;
+
+    let approvals = app.get("/approvals", Some(&admin)).await.body;
+    assert!(!approvals.contains(&format!("Approve request {id}")));
+    let said = decide(&app, id, "approve", "", &admin).await;
+    assert!(said.contains("made the API token that did"), "{said}");
+    assert_eq!(cap(&pool, key).await, 5_000);
+
+    // The database refuses it too, whoever writes the row.
+    let err = sqlx::query(
+        "UPDATE cap_increase_requests r SET decision = 'approved', decided_at = now(),
+                decided_by = t.created_by
+         FROM api_tokens t WHERE t.id = r.requested_by_token AND r.id = $1",
+    )
+    .bind(id)
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.as_database_error().unwrap().constraint(),
+        Some("cap_increase_four_eyes")
+    );
+
+    // Another approver decides it.
+    let approver = app.signed_in("approver@example.com", Role::Approver).await;
+    let said = decide(&app, id, "approve", "", &approver).await;
+    assert!(said.contains("Approved"), "{said}");
+    assert_eq!(cap(&pool, key).await, 7_000);
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
@@ -642,13 +696,12 @@ async fn approving_a_follow_on_key_issues_a_linked_key_for_the_difference(pool: 
         )
         .await;
     assert_eq!(approved.location(), "/approvals");
-    let page = app.get("/approvals", Some(&approver)).await.body;
-    let follow_on_secret = page
-        .split("data-testid=\"one-time-secret\">")
-        .nth(1)
-        .and_then(|rest| rest.split('<').next())
-        .expect("the follow-on key's secret is shown once")
-        .to_owned();
+    let page = app
+        .get("/approvals", Some(&approved.revealing(&approver)))
+        .await
+        .body;
+    let follow_on_secret =
+        one_time_secret(&page).expect("the follow-on key's secret is shown once");
     assert!(
         page.contains(&format!(
             "issued billing-run-2026-07 (follow-on #{id}) with a cap of 20.00 USD"

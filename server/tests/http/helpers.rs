@@ -284,6 +284,14 @@ impl TestApp {
     }
 }
 
+/// The one-time secret a page shows (a new key, token or password).
+pub fn one_time_secret(page: &str) -> Option<String> {
+    page.split("data-testid=\"one-time-secret\">")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .map(str::to_owned)
+}
+
 pub fn enc(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
@@ -323,6 +331,19 @@ impl TestResponse {
             .filter_map(|v| v.to_str().ok())
             .find(|v| v.starts_with("vaultcap_session="))
             .map(str::to_owned)
+    }
+
+    /// `session` plus the key this response set for its one-time secret
+    /// (see `flash`), ready for a `Cookie` header.
+    pub fn revealing(&self, session: &str) -> String {
+        let reveal = self
+            .headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with("vaultcap_reveal="))
+            .expect("the response sets the key to a one-time secret");
+        format!("{session}; {}", reveal.split(';').next().unwrap())
     }
 
     /// `vaultcap_session=…`, ready for a `Cookie` header.

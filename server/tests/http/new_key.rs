@@ -3,7 +3,7 @@
 use axum::http::StatusCode;
 use sqlx::PgPool;
 
-use crate::helpers::{enc, TestApp};
+use crate::helpers::{enc, one_time_secret, TestApp};
 use app::domain::Role;
 
 const GOOD: &[(&str, &str)] = &[
@@ -53,20 +53,14 @@ async fn an_operator_creates_a_key_from_an_expected_total_and_sees_its_secret_on
     let created = app.post_form("/keys", &form(GOOD), Some(&cookie)).await;
     assert_eq!(created.status, StatusCode::SEE_OTHER);
     assert_eq!(created.location(), "/keys");
-    let list = app.get("/keys", Some(&cookie)).await;
+    let list = app.get("/keys", Some(&created.revealing(&cookie))).await;
     assert!(
         list.body
             .contains("Created billing-run-2026-12 for 2026-12: cap 5,500.00 USD."),
         "{}",
         list.body
     );
-    let secret = list
-        .body
-        .split("data-testid=\"one-time-secret\">")
-        .nth(1)
-        .and_then(|rest| rest.split('<').next())
-        .expect("the secret is on the page")
-        .to_owned();
+    let secret = one_time_secret(&list.body).expect("the secret is on the page");
     assert!(secret.starts_with("vk_"));
     assert!(
         !app.get("/keys", Some(&cookie)).await.body.contains(&secret),
@@ -298,4 +292,67 @@ async fn an_uploaded_csv_of_expected_billing_becomes_the_suggestion(pool: PgPool
         upload(&app, &viewer, "cust_1,10\n").await.status,
         StatusCode::FORBIDDEN
     );
+}
+
+/// The session row never holds a new key's secret in clear: it keeps the
+/// ciphertext, the browser the key (for a minute); neither alone shows it.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_new_secret_is_never_stored_in_clear_and_opens_only_with_the_browsers_key(pool: PgPool) {
+    let app = TestApp::new(pool.clone());
+    let cookie = app.signed_in("ops@example.com", Role::Operator).await;
+    let created = app.post_form("/keys", &form(GOOD), Some(&cookie)).await;
+    assert_eq!(created.location(), "/keys");
+    let reveal = created.revealing(&cookie);
+    assert!(reveal.contains("vaultcap_reveal="));
+    let set_cookie = created
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|v| v.starts_with("vaultcap_reveal="))
+        .unwrap();
+    assert!(set_cookie.contains("Max-Age=60") && set_cookie.contains("HttpOnly"));
+
+    // Whoever reads the session store (a backup, a replica) gets nothing:
+    // no "vk_" secret in any session row while it waits to be shown.
+    let sessions: Vec<Vec<u8>> = sqlx::query_scalar("SELECT data FROM tower_sessions.session")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert!(!sessions.is_empty());
+    for data in &sessions {
+        assert!(
+            !data.windows(3).any(|w| w == b"vk_"),
+            "a secret sits in a session row in clear"
+        );
+    }
+
+    // Without the browser's key the secret cannot be shown, and the page says so.
+    let without = app.get("/keys", Some(&cookie)).await;
+    assert!(one_time_secret(&without.body).is_none());
+    assert!(
+        without.body.contains("The secret is no longer shown"),
+        "{}",
+        without.body
+    );
+    // The ciphertext went with the notice: the key alone opens nothing now.
+    let later = app.get("/keys", Some(&reveal)).await;
+    assert!(one_time_secret(&later.body).is_none());
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_secret_shown_once_removes_its_key_from_the_browser(pool: PgPool) {
+    let app = TestApp::new(pool.clone());
+    let cookie = app.signed_in("ops@example.com", Role::Operator).await;
+    let created = app.post_form("/keys", &form(GOOD), Some(&cookie)).await;
+    let shown = app.get("/keys", Some(&created.revealing(&cookie))).await;
+    let secret = one_time_secret(&shown.body).expect("shown with the key");
+    assert!(secret.starts_with("vk_"));
+    let forgotten = shown
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.starts_with("vaultcap_reveal=;") && v.contains("Max-Age=0"));
+    assert!(forgotten, "the key cookie is removed once used");
 }

@@ -21,7 +21,7 @@ fn select_sql() -> String {
                 r.from_cap_cents, r.to_cap_cents, r.apply_as, r.reason, r.origin, r.requested_at,
                 (extract(epoch FROM now() - r.requested_at) / 60)::bigint AS age_minutes,
                 COALESCE(requester.email, 'API token ' || tok.name) AS requested_by,
-                r.requested_by AS requested_by_id, r.expires_at, {STATE_SQL} AS state,
+                COALESCE(r.requested_by, tok.created_by) AS requested_by_id, r.expires_at, {STATE_SQL} AS state,
                 r.decided_at, decider.email AS decided_by, r.decision_note, r.follow_on_key_id
          FROM cap_increase_requests r
          JOIN vault_keys k ON k.id = r.vault_key_id

@@ -1,0 +1,68 @@
+// @ts-check
+const { test, expect, accounts } = require('./fixtures');
+
+test('an admin makes a keys:create token; a billing job creates its key with it but cannot revoke', async ({ page, signIn, visit }, testInfo) => {
+  const name = `billing job ${testInfo.project.name} ${Date.now()}`;
+  await signIn(accounts.admin);
+  await visit('/tokens');
+
+  await page.getByLabel('Name').fill(name);
+  await page.getByLabel(/^keys:create/).check();
+  await page.getByLabel('Expires after (days)').fill('30');
+  await page.getByRole('button', { name: 'Create token' }).click();
+
+  await expect(page).toHaveURL(/\/tokens$/);
+  await expect(page.getByRole('status')).toContainText(`Created the token "${name}" with keys:create, valid 30 days.`);
+  const token = (await page.getByTestId('one-time-secret').textContent()) ?? '';
+  expect(token).toMatch(/^vct_/);
+  const row = page.getByRole('row').filter({ hasText: name });
+  await expect(row).toContainText('keys:create');
+  await expect(row).toContainText('active');
+  await expect(row).toContainText('never');
+
+  // The seed articles' billing job asks for its key with the token.
+  const auth = { authorization: `Bearer ${token}` };
+  const created = await page.request.post('/vault/keys', {
+    headers: auth,
+    data: {
+      vendor: 'stripe',
+      label: `seeds ${testInfo.project.name} ${Date.now()}`,
+      daily_usd_cap: 55.0,
+      allowed_endpoints: ['/v1/charges'],
+      expires_at: new Date(Date.now() + 6 * 3600 * 1000).toISOString(),
+    },
+  });
+  expect(created.status()).toBe(201);
+  const key = await created.json();
+  expect(key.vault_key).toMatch(/^vk_/);
+
+  // It may not revoke keys, read them or export the audit log.
+  const revoke = await page.request.post(`/vault/keys/${key.id}/revoke`, { headers: auth, data: { reason: 'let me' } });
+  expect(revoke.status()).toBe(403);
+  expect((await revoke.json()).error).toEqual({
+    code: 'insufficient_scope',
+    message: 'this API token lacks the `keys:revoke` scope this call needs; nothing was done',
+  });
+  expect((await page.request.get(`/vault/keys/${key.id}`, { headers: auth })).status()).toBe(403);
+  expect((await page.request.get('/api/audit.csv', { headers: auth })).status()).toBe(403);
+
+  // Shown once; its use is on the page; the admin revokes it.
+  await visit('/tokens');
+  await expect(page.getByTestId('one-time-secret')).toHaveCount(0);
+  await expect(row).not.toContainText('never');
+  await row.getByRole('button', { name: `Revoke the token ${name}` }).click();
+  await expect(page.getByRole('status')).toContainText(`Revoked the token "${name}"`);
+  await expect(row).toContainText('revoked');
+  const after = await page.request.post('/vault/keys', { headers: auth, data: {} });
+  expect(after.status()).toBe(401);
+  expect((await after.json()).error.code).toBe('token_revoked');
+});
+
+test('a token without a scope is refused with a message and nothing is made', async ({ page, signIn, visit }) => {
+  await signIn(accounts.admin);
+  await visit('/tokens');
+  await page.getByLabel('Name').fill('no scopes');
+  await page.getByRole('button', { name: 'Create token' }).click();
+  await expect(page.getByRole('alert')).toContainText('Nothing was changed: tick at least one scope');
+  await expect(page.getByRole('row').filter({ hasText: 'no scopes' })).toHaveCount(0);
+});
