@@ -1,5 +1,5 @@
 // @ts-check
-const { test, expect, accounts } = require('./fixtures');
+const { test, expect, accounts, runBillingJob, currentPeriod } = require('./fixtures');
 
 test('an admin makes a keys:create token; a billing job creates its key with it but cannot revoke', async ({ page, signIn, visit }, testInfo) => {
   const name = `billing job ${testInfo.project.name} ${Date.now()}`;
@@ -65,4 +65,60 @@ test('a token without a scope is refused with a message and nothing is made', as
   await page.getByRole('button', { name: 'Create token' }).click();
   await expect(page.getByRole('alert')).toContainText('Nothing was changed: tick at least one scope');
   await expect(page.getByRole('row').filter({ hasText: 'no scopes' })).toHaveCount(0);
+});
+
+test('a key beyond policy waits for an approver other than the token\'s maker, then works', async ({ page, signIn, visit, browser, baseURL }, testInfo) => {
+  const name = `run ${testInfo.project.name} ${Date.now()}`;
+  await signIn(accounts.admin);
+  await visit('/tokens');
+  await page.getByLabel('Name').fill(name);
+  await page.getByLabel(/^keys:create/).check();
+  await page.getByRole('button', { name: 'Create token' }).click();
+  const token = (await page.getByTestId('one-time-secret').textContent()) ?? '';
+
+  // 120.00 on an expected 100.00: beyond the 10 % buffer policy.
+  const label = `beyond ${testInfo.project.name} ${Date.now()}`;
+  const asked = await page.request.post('/vault/keys', {
+    headers: { authorization: `Bearer ${token}` },
+    data: {
+      label, billing_period: currentPeriod(), currency: 'usd',
+      expected_total_cents: 10_000, cap_cents: 12_000,
+      allowed_endpoints: ['POST /v1/charges'], expires_at: '2099-01-01T00:00:00Z',
+    },
+  });
+  expect(asked.status()).toBe(202);
+  const waiting = await asked.json();
+  expect(waiting.status).toBe('pending_approval');
+  expect(waiting.key_request.policy_cap_cents).toBe(11_000);
+  const id = waiting.key_request.id;
+
+  // Until approved the key opens nothing.
+  const prefix = `cust_beyond_${testInfo.project.name}_${Date.now()}`;
+  expect(runBillingJob(baseURL, waiting.vault_key, 1, 1_000, prefix)[0]).toMatch(/refused invalid_api_key$/);
+
+  // The admin made the token: the page leaves the decision to someone else.
+  await visit('/approvals');
+  const row = page.locator(`tr[data-key-request="${id}"]`);
+  await expect(row).toContainText(label);
+  await expect(row).toContainText('You asked for this key');
+  await expect(row.getByRole('button', { name: `Approve key request ${id}` })).toHaveCount(0);
+
+  // The approver approves it.
+  const { javaScriptEnabled } = testInfo.project.use;
+  const context = await browser.newContext({ baseURL, javaScriptEnabled });
+  const other = await context.newPage();
+  await other.goto('/login');
+  await other.getByLabel('Email').fill(accounts.approver.email);
+  await other.getByLabel('Password').fill(accounts.approver.password);
+  await other.getByRole('button', { name: 'Sign in' }).click();
+  await other.goto('/approvals');
+  if (javaScriptEnabled) await other.locator('body[data-hydrated="true"]').waitFor();
+  const theirs = other.locator(`tr[data-key-request="${id}"]`);
+  await theirs.getByRole('textbox', { name: `Note on key request ${id}` }).fill('month-end seats');
+  await theirs.getByRole('button', { name: `Approve key request ${id}` }).click();
+  await expect(other.getByRole('status')).toContainText(`Approved key request #${id}: ${label} is issued with a cap of 120.00 USD`);
+  await context.close();
+
+  // Now the same key charges.
+  expect(runBillingJob(baseURL, waiting.vault_key, 1, 1_000, `${prefix}_after`)[0]).toMatch(/ ch_/);
 });

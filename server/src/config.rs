@@ -114,8 +114,36 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(100..=10_000))]
     pub cap_ceiling_pct: u32,
 
+    /// The largest buffer over the expected total, in percent, a new key
+    /// may have without an approver; beyond it the key waits for one.
+    #[arg(long, env = "VAULTCAP_KEY_POLICY_BUFFER_PCT", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub key_policy_buffer_pct: u32,
+
+    /// The largest cap an operator with a role may issue without an
+    /// approver, in minor units of the key's currency: `operator=500000`.
+    /// Repeat the flag, or separate them with commas.
+    #[arg(long = "key-ceiling", env = "VAULTCAP_KEY_CEILINGS", value_delimiter = ',', value_parser = parse_ceiling)]
+    pub key_ceilings: Vec<(app::domain::Role, i64)>,
+
     #[command(flatten)]
     pub stripe: StripeArgs,
+}
+
+/// `operator=500000`: a role and a cap in minor units.
+fn parse_ceiling(raw: &str) -> Result<(app::domain::Role, i64), String> {
+    let (role, cents) = raw
+        .trim()
+        .split_once('=')
+        .ok_or_else(|| format!("{raw:?} is not ROLE=CENTS, e.g. operator=500000"))?;
+    let role = role.trim().parse().map_err(|err| format!("{err}"))?;
+    let cents = cents
+        .trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|cents| *cents > 0)
+        .ok_or_else(|| format!("{cents:?} is not a positive amount in minor units"))?;
+    Ok((role, cents))
 }
 
 /// `10.0.0.0/8`, or a single address (`10.0.0.2`).

@@ -133,6 +133,21 @@ pub fn parse_token_days(text: &str) -> Result<i64, ParseError> {
     }
 }
 
+/// The largest cap a token may have issued without an approver, in minor
+/// units, from what a person typed (empty: no ceiling beyond the policy).
+pub fn parse_token_ceiling(text: &str) -> Result<Option<i64>, ParseError> {
+    let text = text.trim().replace([',', '_'], "");
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match text.parse::<i64>() {
+        Ok(cents) if cents > 0 => Ok(Some(cents)),
+        _ => Err(ParseError::new(format!(
+            "the largest cap is a positive whole number of minor units (cents), not `{text}`"
+        ))),
+    }
+}
+
 /// An API token as the console lists it (never its secret: only the prefix).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApiTokenSummary {
@@ -145,6 +160,9 @@ pub struct ApiTokenSummary {
     pub created_by: String,
     pub expires_at: DateTime<Utc>,
     pub last_used_at: Option<DateTime<Utc>>,
+    /// The largest cap it may have issued without an approver, in minor
+    /// units of the key's currency.
+    pub max_cap_cents: Option<i64>,
     pub status: TokenStatus,
 }
 

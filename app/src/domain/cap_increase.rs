@@ -304,6 +304,8 @@ pub struct CapIncreaseDraft {
 /// What the Approvals page shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalsView {
+    /// New keys beyond policy waiting for a decision (on the pending tab).
+    pub key_requests: Vec<super::KeyRequest>,
     pub requests: Vec<CapIncrease>,
     pub pending: i64,
     /// Decided and expired.

@@ -13,6 +13,7 @@ mod endpoint;
 mod finding;
 mod key_draft;
 mod key_list;
+mod key_request;
 mod money;
 mod period;
 mod role;
@@ -20,7 +21,8 @@ mod role;
 pub use action_query::{ActionEntry, ActionFilter, ActionPage, ActionQuery, ACTION_SOURCES};
 pub use alert::{Alert, AlertState, AlertsView};
 pub use api_scope::{
-    parse_token_days, ApiScope, ApiTokenSummary, TokenStatus, DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS,
+    parse_token_ceiling, parse_token_days, ApiScope, ApiTokenSummary, TokenStatus,
+    DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS,
 };
 pub use audit_query::{
     AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, Cursor, DecisionFilter,
@@ -43,6 +45,7 @@ pub use key_draft::{FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINT
 pub use key_list::{
     CallSummary, DecisionCount, KeyDetail, KeyFilter, KeyList, KeyQuery, KeySort, KEYS_PER_PAGE,
 };
+pub use key_request::KeyRequest;
 pub use money::{group_thousands, Cents, Currency, MAX_CENTS};
 pub use period::BillingPeriod;
 pub use role::Role;

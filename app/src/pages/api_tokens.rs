@@ -3,7 +3,10 @@ use leptos_meta::Title;
 
 use crate::{
     components::{utc, ErrorPanel, RequireRole},
-    domain::{ApiScope, ApiTokenSummary, Role, TokenStatus, DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS},
+    domain::{
+        group_thousands, ApiScope, ApiTokenSummary, Role, TokenStatus, DEFAULT_TOKEN_DAYS,
+        MAX_TOKEN_DAYS,
+    },
     server_fns::list_api_tokens,
 };
 
@@ -68,6 +71,11 @@ fn NewTokenForm() -> impl IntoView {
                 <input id="token-days" name="days" type="number" min="1" max=MAX_TOKEN_DAYS
                     value=DEFAULT_TOKEN_DAYS required inputmode="numeric"/>
             </div>
+            <div class="field">
+                <label for="token-ceiling">"Largest cap without an approver (cents, optional)"</label>
+                <input id="token-ceiling" name="max_cap_cents" inputmode="numeric" autocomplete="off"
+                    placeholder="no ceiling beyond the key policy"/>
+            </div>
             <button type="submit" class="button button-primary">"Create token"</button>
             <p class="hint">"The token is shown once, on the next page. Only its hash is kept."</p>
         </form>
@@ -123,6 +131,9 @@ fn TokenRow(token: ApiTokenSummary) -> impl IntoView {
                 <ul class="scopes">
                     {token.scopes.iter().map(|scope| view! { <li><code>{scope.as_str()}</code></li> }).collect_view()}
                 </ul>
+                {token.max_cap_cents.map(|cents| view! {
+                    <div class="hint">{format!("keys up to {} (minor units) without an approver", group_thousands(cents.unsigned_abs()))}</div>
+                })}
             </td>
             <td><span class=status_class>{token.status.as_str()}</span></td>
             <td class="nowrap">{utc(token.created_at)}<br/><span class="muted">{token.created_by.clone()}</span></td>

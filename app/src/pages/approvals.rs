@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::{utc, Amount, CountTabs, ErrorPanel, RequireRole},
-    domain::{ApprovalsView, CapIncrease, Cents, Me, RequestState, Role},
+    domain::{ApprovalsView, CapIncrease, Cents, KeyRequest, Me, RequestState, Role},
     server_fns::list_approvals,
 };
 
@@ -29,6 +29,7 @@ pub fn ApprovalsPage() -> impl IntoView {
                         match view_data.await {
                             Ok(data) => view! {
                                 <ApprovalTabs data=data.clone() shown=shown.clone()/>
+                                <KeyRequestTable requests=data.key_requests.clone() me=me.clone()/>
                                 <RequestTable data shown me/>
                             }.into_any(),
                             Err(error) => view! { <ErrorPanel error/> }.into_any(),
@@ -49,11 +50,96 @@ fn ApprovalTabs(data: ApprovalsView, shown: String) -> impl IntoView {
     view! { <CountTabs label="Requests" path="/approvals" param="tab" tabs shown/> }
 }
 
+/// New keys asked for beyond the key policy: an approver other than the
+/// requester issues or rejects each.
+#[component]
+fn KeyRequestTable(requests: Vec<KeyRequest>, me: Option<Me>) -> impl IntoView {
+    if requests.is_empty() {
+        return ().into_any();
+    }
+    let can_decide = me.as_ref().is_some_and(|me| me.role.allows(Role::Approver));
+    let me_id = me.map(|me| me.id);
+    view! {
+        <section aria-labelledby="key-requests">
+            <h2 id="key-requests">"New keys beyond policy"</h2>
+            <div class="table-scroll">
+                <table class="data approvals">
+                    <thead>
+                        <tr>
+                            <th scope="col">"Requested (UTC)"</th>
+                            <th scope="col">"Key"</th>
+                            <th scope="col" class="num">"Cap asked for"</th>
+                            <th scope="col">"Beyond policy because"</th>
+                            <th scope="col">"Decision"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        {requests.into_iter().map(|request| {
+                            let own = me_id.is_some() && request.requested_by_id == me_id;
+                            view! { <KeyRequestRow request can_decide own/> }
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+        </section>
+        <h2>"Cap increases"</h2>
+    }
+    .into_any()
+}
+
+#[component]
+fn KeyRequestRow(request: KeyRequest, can_decide: bool, own: bool) -> impl IntoView {
+    let id = request.id;
+    let currency = request.currency();
+    let expires =
+        view! { <div class="hint">{format!("expires {}", utc(request.expires_at))}</div> };
+    let decision = if own {
+        view! {
+            <p class="hint">"You asked for this key: another approver decides it (four-eyes rule)."</p>
+            {expires}
+        }
+        .into_any()
+    } else if !can_decide {
+        view! { <p class="hint">"Waiting for an approver."</p> {expires} }.into_any()
+    } else {
+        view! {
+            <DecideForm action=format!("/key-requests/{id}/decide") subject=format!("key request {id}")/>
+            {expires}
+        }
+        .into_any()
+    };
+    view! {
+        <tr data-key-request=id>
+            <td>
+                <span class="nowrap">{utc(request.requested_at)}</span>
+                <div class="hint">{format!("#{id} · by {}", request.requested_by)}</div>
+            </td>
+            <td>
+                {request.label.clone()}
+                <div class="hint">{format!("{} · key {}…", request.billing_period, request.secret_prefix)}</div>
+            </td>
+            <td class="num">
+                <strong><Amount cents=request.cap() currency=currency.clone()/></strong>
+                <div class="hint">{format!(
+                    "expected {} · policy allows {}",
+                    Cents(request.expected_total_cents).format(&currency),
+                    request.policy_cap().format(&currency)
+                )}</div>
+            </td>
+            <td class="reason">{request.over_policy.clone()}</td>
+            <td>{decision}</td>
+        </tr>
+    }
+    .into_any()
+}
+
 #[component]
 fn RequestTable(data: ApprovalsView, shown: String, me: Option<Me>) -> impl IntoView {
     let pending = shown != "history";
     if data.requests.is_empty() {
-        let message = if pending {
+        let message = if pending && !data.key_requests.is_empty() {
+            "No cap increase waits for a decision."
+        } else if pending {
             "Nothing waits for a decision. Requests to raise a key's cap appear here; an approver other than the requester decides each."
         } else {
             "No cap increase has been decided or has expired yet."
@@ -141,20 +227,30 @@ fn PendingCell(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVi
         return view! { <p class="hint">"Waiting for an approver."</p> {expires} }.into_any();
     }
     view! {
-        <form class="decide-form" method="post" action=format!("/approvals/{id}/decide")>
-            <label class="visually-hidden" for=format!("decision-note-{id}")>{format!("Note on request {id}")}</label>
-            <input id=format!("decision-note-{id}") name="note" type="text" maxlength="2000"
-                placeholder="Note (a rejection needs one)"/>
-            <div class="row-form">
-                <button type="submit" name="verdict" value="approve" class="button button-primary"
-                    aria-label=format!("Approve request {id}")>"Approve"</button>
-                <button type="submit" name="verdict" value="reject" class="button button-quiet"
-                    aria-label=format!("Reject request {id}")>"Reject"</button>
-            </div>
-        </form>
+        <DecideForm action=format!("/approvals/{id}/decide") subject=format!("request {id}")/>
         {expires}
     }
     .into_any()
+}
+
+/// Approve, or reject with a note, the request the form posts to;
+/// `subject` names it for screen readers (`request 7`, `key request 3`).
+#[component]
+fn DecideForm(action: String, subject: String) -> impl IntoView {
+    let note_id = format!("note-{}", subject.replace(' ', "-"));
+    view! {
+        <form class="decide-form" method="post" action=action>
+            <label class="visually-hidden" for=note_id.clone()>{format!("Note on {subject}")}</label>
+            <input id=note_id name="note" type="text" maxlength="2000"
+                placeholder="Note (a rejection needs one)"/>
+            <div class="row-form">
+                <button type="submit" name="verdict" value="approve" class="button button-primary"
+                    aria-label=format!("Approve {subject}")>"Approve"</button>
+                <button type="submit" name="verdict" value="reject" class="button button-quiet"
+                    aria-label=format!("Reject {subject}")>"Reject"</button>
+            </div>
+        </form>
+    }
 }
 
 #[component]

@@ -103,14 +103,19 @@ pub async fn list_approvals(tab: Option<String>) -> Result<ApprovalsView, AppErr
     };
     let pool = &expect_context::<ssr::AppState>().pool;
     let (pending, history) = requests::counts(pool).await?;
+    let key_requests = match listing {
+        requests::Listing::Pending => ssr::data::key_requests::pending(pool).await?,
+        _ => Vec::new(),
+    };
     Ok(ApprovalsView {
+        pending: pending + key_requests.len() as i64,
+        key_requests,
         requests: requests::list(pool, listing, 200).await?,
-        pending,
         history,
     })
 }
 
-/// How many cap increases wait for a decision, for the navigation badge.
+/// How many requests wait for a decision, for the navigation badge.
 #[server(endpoint = "pending_approval_count")]
 pub async fn pending_approval_count() -> Result<i64, AppError> {
     use crate::{domain::Role, ssr};

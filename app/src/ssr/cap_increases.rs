@@ -191,20 +191,7 @@ pub async fn decide(
     verdict: Verdict,
     note: &str,
 ) -> Result<Decided, AppError> {
-    if !approver.role.allows(Role::Approver) {
-        return Err(AppError::Forbidden(Role::Approver));
-    }
-    let note = note.trim();
-    if note.chars().count() > MAX_NOTE_CHARS {
-        return Err(AppError::Invalid(format!(
-            "the note is longer than {MAX_NOTE_CHARS} characters"
-        )));
-    }
-    if verdict == Verdict::Reject && note.is_empty() {
-        return Err(AppError::Invalid(
-            "say why the increase is rejected (the requester reads it)".into(),
-        ));
-    }
+    let note = decision_note(approver, verdict, note, "the increase")?;
     let mut tx = pool.begin().await?;
     let request = cap_increases::lock(&mut tx, id)
         .await?
@@ -280,6 +267,31 @@ pub async fn decide(
         .await?
         .ok_or(AppError::NotFound)?;
     Ok(Decided { request, follow_on })
+}
+
+/// Checks what every four-eyes decision needs before it is looked at: an
+/// approver, a note of bounded length, and a reason to reject `what`.
+pub(super) fn decision_note<'a>(
+    approver: &Me,
+    verdict: Verdict,
+    note: &'a str,
+    what: &str,
+) -> Result<&'a str, AppError> {
+    if !approver.role.allows(Role::Approver) {
+        return Err(AppError::Forbidden(Role::Approver));
+    }
+    let note = note.trim();
+    if note.chars().count() > MAX_NOTE_CHARS {
+        return Err(AppError::Invalid(format!(
+            "the note is longer than {MAX_NOTE_CHARS} characters"
+        )));
+    }
+    if verdict == Verdict::Reject && note.is_empty() {
+        return Err(AppError::Invalid(format!(
+            "say why {what} is rejected (the requester reads it)"
+        )));
+    }
+    Ok(note)
 }
 
 /// Makes an approved increase real, inside the decision's transaction: the

@@ -7,6 +7,7 @@ pub mod cap_increases;
 pub mod charts;
 pub mod data;
 pub mod flash;
+pub mod key_requests;
 pub mod reconciliation;
 pub mod secrets;
 mod state;

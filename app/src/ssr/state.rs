@@ -4,7 +4,7 @@ use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::PgPool;
 
-use super::{auth::PasswordChecks, data::login_failures::Limits};
+use super::{auth::PasswordChecks, data::login_failures::Limits, key_requests::KeyPolicy};
 
 /// What every request handler and server function can reach. Holds no
 /// per-process state beyond configuration: the database is the one source
@@ -15,6 +15,8 @@ pub struct AppState {
     pub pool: PgPool,
     pub auth: Arc<AuthConfig>,
     pub cap_increases: CapIncreaseRules,
+    /// How far a new key may go without a second person.
+    pub key_policy: KeyPolicy,
     /// The bounded pool sign-ins check passwords in.
     pub password_checks: PasswordChecks,
 }

@@ -27,6 +27,7 @@ pub async fn create(
     name: &str,
     scopes: &[ApiScope],
     days: i64,
+    max_cap_cents: Option<i64>,
 ) -> Result<Created, AppError> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 200 {
@@ -53,6 +54,7 @@ pub async fn create(
             scopes,
             expires_at,
             created_by,
+            max_cap_cents,
         },
     )
     .await?;
@@ -67,6 +69,7 @@ pub async fn create(
             "prefix": secret.prefix,
             "scopes": scopes,
             "expires_at": expires_at,
+            "max_cap_cents": max_cap_cents,
         }),
     )
     .await?;

@@ -38,6 +38,53 @@ pub struct NewVaultKey {
     pub stripe_account: Option<String>,
 }
 
+impl NewVaultKey {
+    /// The allowed endpoints as stored: sorted, without repeats.
+    pub fn endpoint_list(&self) -> Vec<String> {
+        let mut endpoints: Vec<String> = self
+            .allowed_endpoints
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        endpoints.sort();
+        endpoints.dedup();
+        endpoints
+    }
+
+    /// The row that stores this key with `secret`, made by `actor`.
+    pub fn row<'a>(
+        &'a self,
+        endpoints: &'a [String],
+        secret: &'a Secret,
+        actor: Actor,
+        parent: Option<i64>,
+    ) -> NewKeyRow<'a> {
+        let (created_by, created_by_token) = match actor {
+            Actor::Operator { id, .. } => (Some(id), None),
+            Actor::ApiToken { id, .. } => (None, Some(id)),
+            Actor::Visitor { .. } | Actor::Cli | Actor::System => (None, None),
+        };
+        NewKeyRow {
+            secret_hash: &secret.hash,
+            secret_prefix: &secret.prefix,
+            label: self.label.trim(),
+            billing_period: self.billing_period.to_string(),
+            currency: self.currency.as_str(),
+            expected_total_cents: self.expected_total.0,
+            buffer_bps: self.buffer_bps as i32,
+            cap_cents: self.cap.0,
+            allowed_endpoints: endpoints,
+            expires_at: self.expires_at,
+            alert_thresholds_pct: &self.alert_thresholds_pct,
+            duplicate_policy: self.duplicate_policy.as_str(),
+            stripe_account: self.stripe_account.as_deref(),
+            created_by,
+            created_by_token,
+            parent_key_id: parent,
+        }
+    }
+}
+
 /// The alert threshold a key gets unless told otherwise.
 pub const DEFAULT_THRESHOLDS_PCT: [i16; 1] = [90];
 
@@ -100,40 +147,8 @@ pub async fn issue_in(
 ) -> Result<(String, VaultKeyRow), AppError> {
     key.validate(Utc::now())?;
     let secret = Secret::generate("vk_");
-    let mut endpoints: Vec<String> = key
-        .allowed_endpoints
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    endpoints.sort();
-    endpoints.dedup();
-    let (created_by, created_by_token) = match actor {
-        Actor::Operator { id, .. } => (Some(id), None),
-        Actor::ApiToken { id, .. } => (None, Some(id)),
-        Actor::Visitor { .. } | Actor::Cli | Actor::System => (None, None),
-    };
-    let row = vault_keys::insert(
-        &mut *tx,
-        &NewKeyRow {
-            secret_hash: &secret.hash,
-            secret_prefix: &secret.prefix,
-            label: key.label.trim(),
-            billing_period: &key.billing_period.to_string(),
-            currency: key.currency.as_str(),
-            expected_total_cents: key.expected_total.0,
-            buffer_bps: key.buffer_bps as i32,
-            cap_cents: key.cap.0,
-            allowed_endpoints: &endpoints,
-            expires_at: key.expires_at,
-            alert_thresholds_pct: &key.alert_thresholds_pct,
-            duplicate_policy: key.duplicate_policy.as_str(),
-            stripe_account: key.stripe_account.as_deref(),
-            created_by,
-            created_by_token,
-            parent_key_id: parent,
-        },
-    )
-    .await?;
+    let endpoints = key.endpoint_list();
+    let row = vault_keys::insert(&mut *tx, &key.row(&endpoints, &secret, actor, parent)).await?;
     actions::record(
         &mut *tx,
         actor,

@@ -16,9 +16,16 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
-    domain::{ApiScope, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern},
+    domain::{
+        ApiScope, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern, KeyRequest,
+    },
+    error::AppError,
     ssr::{
-        data::vault_keys::{self as key_rows, VaultKeyRow},
+        data::{
+            key_requests as key_request_rows,
+            vault_keys::{self as key_rows, VaultKeyRow},
+        },
+        key_requests::{self, Outcome},
         vault_keys::{self, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
         AppState,
     },
@@ -37,6 +44,12 @@ pub fn routes(routes: ApiRoutes) -> ApiRoutes {
             "/vault/keys/{id}/revoke",
             ApiScope::KeysRevoke,
             revoke,
+        )
+        .route(
+            Method::GET,
+            "/vault/key-requests/{id}",
+            ApiScope::KeysRead,
+            show_request,
         )
 }
 
@@ -269,24 +282,111 @@ pub struct CreatedKey {
     key: KeyView,
 }
 
-/// Issue a vault key; the secret is in this response only.
+/// Issue a vault key (201), or, beyond the key policy, ask for it (202): a
+/// different approver decides in the console, and the key works from then
+/// on. The secret is in this response only, either way.
 #[utoipa::path(post, path = "/vault/keys", request_body = CreateKey,
-    responses((status = 201, body = CreatedKey), (status = 400, body = ApiErrorBody), (status = 401, body = ApiErrorBody)),
+    responses((status = 201, body = CreatedKey), (status = 202, body = RequestedKey),
+              (status = 400, body = ApiErrorBody), (status = 401, body = ApiErrorBody)),
     security(("api_token" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     token: ApiToken,
     ApiJson(body): ApiJson<CreateKey>,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let key = body.parse(Utc::now())?;
-    let (secret, row) = vault_keys::issue(&state.pool, token.actor(), key).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(CreatedKey {
-            vault_key: secret,
-            key: row.into(),
-        }),
-    ))
+    let outcome =
+        key_requests::issue_or_request(&state.pool, &state.key_policy, token.actor(), key).await?;
+    Ok(match outcome {
+        Outcome::Issued { secret, key } => (
+            StatusCode::CREATED,
+            Json(CreatedKey {
+                vault_key: secret,
+                key: key.into(),
+            }),
+        )
+            .into_response(),
+        Outcome::Waiting { secret, request } => (
+            StatusCode::ACCEPTED,
+            Json(RequestedKey {
+                status: "pending_approval",
+                vault_key: secret,
+                key_request: request.into(),
+            }),
+        )
+            .into_response(),
+    })
+}
+
+/// A key beyond policy, asked for: its secret works once approved.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct RequestedKey {
+    /// `pending_approval`.
+    status: &'static str,
+    /// The key's secret: refused (401) until an approver issues the key.
+    vault_key: String,
+    key_request: KeyRequestView,
+}
+
+/// A key request and its decision.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct KeyRequestView {
+    id: i64,
+    label: String,
+    billing_period: String,
+    currency: String,
+    expected_total_cents: i64,
+    cap_cents: i64,
+    /// The most policy would have issued without an approver.
+    policy_cap_cents: i64,
+    /// Why it needs an approver.
+    over_policy: String,
+    /// `pending`, `approved`, `rejected` or `expired`.
+    state: String,
+    requested_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    decided_at: Option<DateTime<Utc>>,
+    decided_by: Option<String>,
+    decision_note: Option<String>,
+    /// The key issued on approval.
+    vault_key_id: Option<i64>,
+}
+
+impl From<KeyRequest> for KeyRequestView {
+    fn from(request: KeyRequest) -> Self {
+        Self {
+            id: request.id,
+            label: request.label,
+            billing_period: request.billing_period,
+            currency: request.currency,
+            expected_total_cents: request.expected_total_cents,
+            cap_cents: request.cap_cents,
+            policy_cap_cents: request.policy_cap_cents,
+            over_policy: request.over_policy,
+            state: request.state,
+            requested_at: request.requested_at,
+            expires_at: request.expires_at,
+            decided_at: request.decided_at,
+            decided_by: request.decided_by,
+            decision_note: request.decision_note,
+            vault_key_id: request.vault_key_id,
+        }
+    }
+}
+
+/// A key request: whether an approver has decided, and the key it issued.
+#[utoipa::path(get, path = "/vault/key-requests/{id}", params(("id" = i64, Path)),
+    responses((status = 200, body = KeyRequestView), (status = 404, body = ApiErrorBody)),
+    security(("api_token" = [])))]
+pub async fn show_request(
+    State(state): State<AppState>,
+    _token: ApiToken,
+    Path(id): Path<i64>,
+) -> Result<Json<KeyRequestView>, ApiError> {
+    let request = key_request_rows::find(&state.pool, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    Ok(Json(request.into()))
 }
 
 /// The newest keys, at most this many.
@@ -313,7 +413,7 @@ pub async fn show(
 ) -> Result<Json<KeyView>, ApiError> {
     let row = key_rows::find(&state.pool, id)
         .await?
-        .ok_or(app::error::AppError::NotFound)?;
+        .ok_or(AppError::NotFound)?;
     Ok(Json(row.into()))
 }
 

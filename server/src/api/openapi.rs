@@ -11,12 +11,13 @@ use super::{alerts, cap_increases, keys, ApiErrorBody, ApiErrorDetail};
 #[openapi(
     info(
         title = "Vaultcap key API",
-        description = "Vault keys for billing jobs, their cap increase requests and their alerts. Authenticate with an admin API token \
-                       (`vaultcap token add`) as `Authorization: Bearer …`."
+        description = "Vault keys for billing jobs, their cap increase requests and their alerts. Authenticate with an API token \
+                       holding the route's scope (`vaultcap token add --scope …`) as `Authorization: Bearer …`."
     ),
-    paths(keys::create, keys::list, keys::show, keys::revoke, cap_increases::create, cap_increases::list,
-        alerts::list, alerts::acknowledge),
-    components(schemas(keys::CreateKey, keys::KeyView, keys::CreatedKey, keys::Revoke,
+    paths(keys::create, keys::list, keys::show, keys::revoke, keys::show_request, cap_increases::create,
+        cap_increases::list, alerts::list, alerts::acknowledge),
+    components(schemas(keys::CreateKey, keys::KeyView, keys::CreatedKey, keys::RequestedKey,
+        keys::KeyRequestView, keys::Revoke,
         alerts::AlertView, alerts::Deliveries, alerts::Acknowledge, cap_increases::CreateRequest,
         cap_increases::RequestView, ApiErrorBody, ApiErrorDetail)),
     modifiers(&ApiTokenAuth)

@@ -7,6 +7,7 @@ use app::{
         accounts,
         auth::PasswordChecks,
         data::{alerts, spend},
+        key_requests::KeyPolicy,
         AppState, AuthConfig, CapIncreaseRules,
     },
 };
@@ -104,6 +105,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             metrics_token: args.metrics_token.clone(),
             ..AuthConfig::default()
         }),
+        key_policy: KeyPolicy {
+            buffer_bps: args.key_policy_buffer_pct * 100,
+            role_ceilings: args.key_ceilings.clone(),
+            request_ttl: chrono::Duration::hours(args.cap_request_ttl_hours),
+        },
         password_checks: PasswordChecks::new(
             args.max_password_checks.into(),
             std::time::Duration::from_secs(3),

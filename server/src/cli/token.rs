@@ -1,7 +1,7 @@
 use clap::Subcommand;
 
 use app::{
-    domain::{parse_token_days, ApiScope},
+    domain::{parse_token_ceiling, parse_token_days, ApiScope},
     ssr::{data::actions::Actor, data::api_tokens, tokens},
 };
 
@@ -22,6 +22,10 @@ pub enum TokenCommand {
         /// How many days it lives (1 to 366).
         #[arg(long, default_value = "90")]
         expires_in_days: String,
+        /// The largest cap a key made with it may have without an
+        /// approver, in minor units of the key's currency (cents).
+        #[arg(long)]
+        max_cap_cents: Option<String>,
         #[command(flatten)]
         database: DatabaseArgs,
     },
@@ -45,12 +49,14 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<()> {
             name,
             scopes,
             expires_in_days,
+            max_cap_cents,
             database,
         } => {
             let scopes = ApiScope::parse_list(&scopes.join(","))?;
             let days = parse_token_days(&expires_in_days)?;
+            let ceiling = parse_token_ceiling(max_cap_cents.as_deref().unwrap_or(""))?;
             let db = Database::open(&database).await?;
-            let created = tokens::create(&db.pool, Actor::Cli, &name, &scopes, days).await;
+            let created = tokens::create(&db.pool, Actor::Cli, &name, &scopes, days, ceiling).await;
             db.close().await?;
             let created = created?;
             println!(

@@ -10,7 +10,7 @@ use tower_sessions::Session;
 
 use super::{client_ip::ClientIp, forms::Page};
 use app::{
-    domain::{parse_token_days, ApiScope, Me, Notice},
+    domain::{parse_token_ceiling, parse_token_days, ApiScope, Me, Notice},
     error::AppError,
     ssr::{data::actions::Actor, tokens, AppState},
 };
@@ -30,12 +30,14 @@ pub async fn create(
     body: Bytes,
 ) -> Response {
     let outcome = async {
-        let (mut name, mut scopes, mut days) = (String::new(), Vec::new(), String::new());
+        let (mut name, mut scopes, mut days, mut ceiling) =
+            (String::new(), Vec::new(), String::new(), String::new());
         for (field, value) in form_urlencoded::parse(&body) {
             match field.as_ref() {
                 "name" => name = value.into_owned(),
                 "scope" => scopes.push(value.into_owned()),
                 "days" => days = value.into_owned(),
+                "max_cap_cents" => ceiling = value.into_owned(),
                 _ => {}
             }
         }
@@ -47,8 +49,9 @@ pub async fn create(
         }
         let scopes = ApiScope::parse_list(&scopes.join(","))?;
         let days = parse_token_days(&days)?;
+        let ceiling = parse_token_ceiling(&ceiling)?;
         let actor = Actor::Operator { id: me.id, ip };
-        let created = tokens::create(&state.pool, actor, &name, &scopes, days).await?;
+        let created = tokens::create(&state.pool, actor, &name, &scopes, days, ceiling).await?;
         Ok(Notice::success(format!(
             "Created the token \"{}\" with {}, valid {days} days. Copy it now: it is not shown again.",
             name.trim(),

@@ -20,7 +20,7 @@ use app::{
     ssr::{
         cap_increases::{self, Ask, Target, Verdict},
         data::{actions::Actor, vault_keys},
-        flash, AppState,
+        flash, key_requests, AppState,
     },
 };
 
@@ -118,6 +118,49 @@ pub struct DecideForm {
     note: String,
 }
 
+impl DecideForm {
+    fn verdict(&self) -> Result<Verdict, AppError> {
+        match self.verdict.as_str() {
+            "approve" => Ok(Verdict::Approve),
+            "reject" => Ok(Verdict::Reject),
+            other => Err(AppError::Invalid(format!(
+                "{other:?} is not a decision: approve or reject"
+            ))),
+        }
+    }
+}
+
+/// An approver's decision on a key asked for beyond policy.
+pub async fn decide_key(
+    State(state): State<AppState>,
+    Extension(me): Extension<Me>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    Path(id): Path<i64>,
+    form: Result<Form<DecideForm>, FormRejection>,
+) -> Response {
+    let outcome = async {
+        let form = readable(form)?;
+        let verdict = form.verdict()?;
+        let request =
+            key_requests::decide(&state.pool, &me, ip, id, verdict, &form.note).await?;
+        let currency = request.currency();
+        Ok(match verdict {
+            Verdict::Approve => Notice::success(format!(
+                "Approved key request #{id}: {} is issued with a cap of {} {currency}; the requester's key works from now on.",
+                request.label,
+                request.cap().format(&currency),
+            )),
+            Verdict::Reject => Notice::success(format!(
+                "Rejected key request #{id}: {} is not issued and its key never works.",
+                request.label
+            )),
+        })
+    }
+    .await;
+    APPROVALS.back_with(&session, outcome).await
+}
+
 pub async fn decide(
     State(state): State<AppState>,
     Extension(me): Extension<Me>,
@@ -128,16 +171,7 @@ pub async fn decide(
 ) -> Response {
     let outcome = async {
         let form = readable(form)?;
-        let verdict = match form.verdict.as_str() {
-            "approve" => Verdict::Approve,
-            "reject" => Verdict::Reject,
-            other => {
-                return Err(AppError::Invalid(format!(
-                    "{other:?} is not a decision: approve or reject"
-                ))
-                .into())
-            }
-        };
+        let verdict = form.verdict()?;
         let decided =
             cap_increases::decide(&state.pool, &me, ip, id, verdict, &form.note).await?;
         let request = &decided.request;

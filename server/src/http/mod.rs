@@ -155,6 +155,12 @@ pub fn console_routes(state: AppState) -> ConsoleRoutes {
             Approver,
             cap_increases::decide,
         )
+        .route(
+            POST,
+            "/key-requests/{id}/decide",
+            Approver,
+            cap_increases::decide_key,
+        )
         .route(POST, "/reconciliation/sync", Operator, reconciliation::sync)
         .route(POST, "/reconciliation/bulk", Operator, reconciliation::bulk)
         .route(

@@ -20,7 +20,12 @@ use super::{
 use app::{
     domain::{DuplicatePolicy, KeyDraft, Me, Notice},
     error::AppError,
-    ssr::{data::actions::Actor, flash, vault_keys, AppState},
+    ssr::{
+        data::actions::Actor,
+        flash,
+        key_requests::{self, Outcome},
+        vault_keys, AppState,
+    },
 };
 
 pub async fn create(
@@ -37,8 +42,8 @@ pub async fn create(
         Err(errors) => return back_to_form(&session, &draft, errors).await,
     };
     let actor = Actor::Operator { id: me.id, ip };
-    match vault_keys::issue(&state.pool, actor, key).await {
-        Ok((secret, row)) => {
+    match key_requests::issue_or_request(&state.pool, &state.key_policy, actor, key).await {
+        Ok(Outcome::Issued { secret, key: row }) => {
             let currency = app::domain::Currency::parse(&row.currency)
                 .unwrap_or_else(|_| app::domain::Currency::usd());
             let notice = Notice::success(format!(
@@ -50,6 +55,17 @@ pub async fn create(
             .with_secret(secret);
             flash::clear_key_draft(&session).await;
             redirect_with(&session, notice, "/keys").await
+        }
+        Ok(Outcome::Waiting { secret, request }) => {
+            let notice = Notice::success(format!(
+                "{} waits for an approver (request #{}): {}. An approver other than you decides on the Approvals page; the key below works from then on:",
+                request.label,
+                request.id,
+                request.over_policy,
+            ))
+            .with_secret(secret);
+            flash::clear_key_draft(&session).await;
+            redirect_with(&session, notice, "/approvals").await
         }
         Err(AppError::Invalid(message)) => {
             back_to_form(&session, &draft, vec![("label".into(), message)]).await

@@ -14,11 +14,16 @@ use std::time::Duration;
 
 use app::{
     domain::{ApiScope, Email, Role},
-    ssr::{accounts, data::actions::Actor, tokens, AppState, AuthConfig},
+    ssr::{accounts, data::actions::Actor, key_requests::KeyPolicy, tokens, AppState, AuthConfig},
 };
 use server::proxy::upstream::{StripeSecret, Upstream};
 
 pub const PASSWORD: &str = "a long test password";
+
+/// An upstream nobody answers at: for tests that proxy nothing.
+fn no_upstream() -> Upstream {
+    Upstream::new("http://127.0.0.1:9", None, Duration::from_secs(1)).unwrap()
+}
 pub const REAL_STRIPE_KEY: &str = "sk_test_real";
 
 /// The application on a test database, driven without a socket.
@@ -37,11 +42,12 @@ impl TestApp {
     }
 
     pub fn with_auth(pool: PgPool, auth: AuthConfig) -> Self {
-        Self::build(
-            pool,
-            auth,
-            Upstream::new("http://127.0.0.1:9", None, Duration::from_secs(1)).unwrap(),
-        )
+        Self::build(pool, auth, KeyPolicy::default(), no_upstream())
+    }
+
+    /// The application issuing keys alone only within `policy`.
+    pub fn with_key_policy(pool: PgPool, policy: KeyPolicy) -> Self {
+        Self::build(pool, AuthConfig::default(), policy, no_upstream())
     }
 
     /// The application forwarding proxied calls to `base` with the real
@@ -51,11 +57,17 @@ impl TestApp {
         Self::build(
             pool,
             AuthConfig::default(),
+            KeyPolicy::default(),
             Upstream::new(base, Some(secret), timeout).unwrap(),
         )
     }
 
-    fn build(test_pool: PgPool, auth: AuthConfig, upstream: Upstream) -> Self {
+    fn build(
+        test_pool: PgPool,
+        auth: AuthConfig,
+        key_policy: KeyPolicy,
+        upstream: Upstream,
+    ) -> Self {
         // The application gets a pool of its own, as `vaultcap serve` does,
         // not the one `#[sqlx::test]` hands the test: that one borrows its
         // connection permits from a pool every test in the binary shares,
@@ -79,6 +91,7 @@ impl TestApp {
             auth: Arc::new(auth),
             cap_increases: Default::default(),
             password_checks: Default::default(),
+            key_policy,
         };
         Self {
             router: server::http::router(state.clone(), upstream, ledger_pool.clone()),
@@ -95,7 +108,7 @@ impl TestApp {
 
     /// An API token holding only `scopes`, valid for 90 days.
     pub async fn api_token_with(&self, scopes: &[ApiScope]) -> String {
-        tokens::create(&self.pool, Actor::Cli, "tests", scopes, 90)
+        tokens::create(&self.pool, Actor::Cli, "tests", scopes, 90, None)
             .await
             .unwrap()
             .secret

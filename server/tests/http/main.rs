@@ -4,6 +4,7 @@
 
 mod fake_stripe;
 mod helpers;
+mod key_policy;
 
 mod access;
 mod alerts;

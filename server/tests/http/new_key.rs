@@ -27,7 +27,7 @@ fn form(fields: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-fn with(changes: &[(&str, &str)]) -> String {
+pub(crate) fn with(changes: &[(&str, &str)]) -> String {
     let fields: Vec<(&str, &str)> = GOOD
         .iter()
         .map(|(name, value)| {

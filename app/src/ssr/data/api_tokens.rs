@@ -14,12 +14,14 @@ pub struct NewApiToken<'a> {
     pub expires_at: DateTime<Utc>,
     /// The operator who made it; `None` from the command line.
     pub created_by: Option<i64>,
+    /// The largest cap it may have issued without an approver.
+    pub max_cap_cents: Option<i64>,
 }
 
 pub async fn insert(db: impl PgExecutor<'_>, token: NewApiToken<'_>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "INSERT INTO api_tokens (name, token_hash, token_prefix, scopes, expires_at, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        "INSERT INTO api_tokens (name, token_hash, token_prefix, scopes, expires_at, created_by, max_cap_cents)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )
     .bind(token.name)
     .bind(token.hash)
@@ -27,6 +29,7 @@ pub async fn insert(db: impl PgExecutor<'_>, token: NewApiToken<'_>) -> Result<i
     .bind(scope_names(token.scopes))
     .bind(token.expires_at)
     .bind(token.created_by)
+    .bind(token.max_cap_cents)
     .fetch_one(db)
     .await
 }
@@ -105,7 +108,7 @@ fn parse_scopes(id: i64, names: &[String]) -> Result<Vec<ApiScope>, sqlx::Error>
 pub async fn list(db: impl PgExecutor<'_>) -> Result<Vec<ApiTokenSummary>, sqlx::Error> {
     let rows: Vec<TokenRow> = sqlx::query_as(
         "SELECT t.id, t.name, t.token_prefix, t.scopes, t.created_at,
-                COALESCE(o.email, 'command line') AS created_by, t.expires_at, t.last_used_at,
+                COALESCE(o.email, 'command line') AS created_by, t.expires_at, t.last_used_at, t.max_cap_cents,
                 CASE WHEN t.revoked_at IS NOT NULL THEN 'revoked'
                      WHEN t.expires_at <= now() THEN 'expired' ELSE 'active' END AS status
          FROM api_tokens t LEFT JOIN operators o ON o.id = t.created_by
@@ -126,6 +129,7 @@ struct TokenRow {
     created_by: String,
     expires_at: DateTime<Utc>,
     last_used_at: Option<DateTime<Utc>>,
+    max_cap_cents: Option<i64>,
     status: String,
 }
 
@@ -150,6 +154,7 @@ impl TokenRow {
             created_by: self.created_by,
             expires_at: self.expires_at,
             last_used_at: self.last_used_at,
+            max_cap_cents: self.max_cap_cents,
             status,
         })
     }

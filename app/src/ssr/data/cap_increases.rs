@@ -106,11 +106,13 @@ pub async fn counts(db: impl PgExecutor<'_>) -> Result<(i64, i64), sqlx::Error> 
     .await
 }
 
-/// Requests waiting for a decision, for the navigation badge.
+/// Requests waiting for a decision (cap increases and new keys beyond
+/// policy), for the navigation badge.
 pub async fn pending_count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT count(*) FROM cap_increase_requests r JOIN vault_keys k ON k.id = r.vault_key_id
-         WHERE r.decision IS NULL AND r.expires_at > now() AND k.revoked_at IS NULL",
+        "SELECT (SELECT count(*) FROM cap_increase_requests r JOIN vault_keys k ON k.id = r.vault_key_id
+                 WHERE r.decision IS NULL AND r.expires_at > now() AND k.revoked_at IS NULL)
+              + (SELECT count(*) FROM key_requests WHERE decision IS NULL AND expires_at > now())",
     )
     .fetch_one(db)
     .await

@@ -9,6 +9,7 @@ pub mod billing_records;
 pub mod call_stats;
 pub mod cap_increases;
 pub mod findings;
+pub mod key_requests;
 pub mod keyset;
 pub mod login_failures;
 pub mod operators;

@@ -73,7 +73,7 @@ impl VaultKeyRow {
     }
 }
 
-const COLUMNS: &str = "id, label, secret_prefix, billing_period, currency, expected_total_cents, buffer_bps,
+pub(super) const COLUMNS: &str = "id, label, secret_prefix, billing_period, currency, expected_total_cents, buffer_bps,
     cap_cents, spent_cents, reserved_cents, allowed_endpoints, expires_at, revoked_at, revoke_reason,
     alert_thresholds_pct, created_at, parent_key_id, duplicate_policy, stripe_account";
 
@@ -82,7 +82,8 @@ pub struct NewKeyRow<'a> {
     pub secret_hash: &'a [u8],
     pub secret_prefix: &'a str,
     pub label: &'a str,
-    pub billing_period: &'a str,
+    /// `2026-07`.
+    pub billing_period: String,
     pub currency: &'a str,
     pub expected_total_cents: i64,
     pub buffer_bps: i32,
@@ -113,7 +114,7 @@ pub async fn insert(
     .bind(key.secret_hash)
     .bind(key.secret_prefix)
     .bind(key.label)
-    .bind(key.billing_period)
+    .bind(&key.billing_period)
     .bind(key.currency)
     .bind(key.expected_total_cents)
     .bind(key.buffer_bps)

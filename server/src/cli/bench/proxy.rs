@@ -59,6 +59,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         auth: Arc::new(AuthConfig::default()),
         cap_increases: Default::default(),
         password_checks: Default::default(),
+        key_policy: Default::default(),
     };
     let upstream = Upstream::new(
         &upstream_base,

@@ -1,0 +1,55 @@
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{Cents, Currency, RequestState};
+
+/// A vault key asked for beyond policy, waiting for (or past) a second
+/// person's decision. Its secret was shown to the requester when asked and
+/// opens nothing until the key is issued on approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct KeyRequest {
+    pub id: i64,
+    pub label: String,
+    pub billing_period: String,
+    pub currency: String,
+    pub expected_total_cents: i64,
+    pub cap_cents: i64,
+    /// The most policy would have issued without an approver.
+    pub policy_cap_cents: i64,
+    /// Why it is beyond policy, in a sentence.
+    pub over_policy: String,
+    pub secret_prefix: String,
+    pub requested_at: DateTime<Utc>,
+    /// The requester's email, or `API token <name>`.
+    pub requested_by: String,
+    /// The operator who asked, or who made the API token that asked: the
+    /// one person who may not decide it.
+    pub requested_by_id: Option<i64>,
+    pub expires_at: DateTime<Utc>,
+    /// `pending`, `approved`, `rejected` or `expired`.
+    pub state: String,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decided_by: Option<String>,
+    pub decision_note: Option<String>,
+    /// The key issued on approval.
+    pub vault_key_id: Option<i64>,
+}
+
+impl KeyRequest {
+    pub fn state(&self) -> RequestState {
+        RequestState::parse(&self.state).unwrap_or(RequestState::Expired)
+    }
+
+    pub fn currency(&self) -> Currency {
+        Currency::parse(&self.currency).unwrap_or_else(|_| Currency::usd())
+    }
+
+    pub fn cap(&self) -> Cents {
+        Cents(self.cap_cents)
+    }
+
+    pub fn policy_cap(&self) -> Cents {
+        Cents(self.policy_cap_cents)
+    }
+}
