@@ -178,14 +178,27 @@ pub async fn sync(
         tokio::spawn(async move {
             let _slot = slot;
             let options = sync::SyncOptions::default();
-            match sync::sync_period(&pool, &client, period, &options, |_| {}).await {
-                Ok(_) => {
-                    if let Err(err) = reconcile::detect(&pool, period).await {
-                        tracing::error!(error = %err, %period, "detection after a sync failed");
-                    }
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, %period, "a sync from the console stopped")
+            let failed = match sync::sync_period(&pool, &client, period, &options, |_| {}).await {
+                Ok(_) => reconcile::detect(&pool, period)
+                    .await
+                    .err()
+                    .map(|err| ("detection after the sync", err.to_string())),
+                Err(err) => Some(("the sync from Stripe", err.to_string())),
+            };
+            // Whoever started it can see on the action log that it failed.
+            if let Some((step, error)) = failed {
+                tracing::warn!(%error, %period, "{step} started from the console failed");
+                let logged = actions::record(
+                    &pool,
+                    actor,
+                    "reconcile.sync_failed",
+                    "billing_period",
+                    Some(period.to_string()),
+                    serde_json::json!({ "step": step, "error": error }),
+                )
+                .await;
+                if let Err(err) = logged {
+                    tracing::error!(error = %err, "could not log a failed sync");
                 }
             }
         });

@@ -650,3 +650,48 @@ async fn a_charge_made_through_a_payment_intent_is_attributed_through_the_intent
     .unwrap();
     assert_eq!(orphan, ["cust_pi"]);
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_sync_that_fails_in_the_background_is_in_the_action_log(pool: PgPool) {
+    use crate::helpers::TestApp;
+    use app::domain::Role;
+
+    let refusal = json!({ "error": { "type": "invalid_request_error", "message": "No such key" } });
+    let (base, _) = scripted(vec![(400, refusal.to_string())]).await;
+    let app = TestApp::with_upstream(pool.clone(), &base, std::time::Duration::from_secs(5));
+    let ops = app.signed_in("ops@example.com", Role::Operator).await;
+    let period = BillingPeriod::containing(Utc::now());
+    let started = app
+        .post_form(
+            "/reconciliation/sync",
+            &format!("period={period}"),
+            Some(&ops),
+        )
+        .await;
+    assert_eq!(started.status, StatusCode::SEE_OTHER);
+
+    // The sync runs in the background: wait for its failure to be logged.
+    let logged = async {
+        loop {
+            let row: Option<(String, Value)> = sqlx::query_as(
+                "SELECT subject_id, details FROM operator_actions WHERE action = 'reconcile.sync_failed'",
+            )
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+            match row {
+                Some(row) => return row,
+                None => tokio::task::yield_now().await,
+            }
+        }
+    };
+    let (subject, details) = tokio::time::timeout(std::time::Duration::from_secs(30), logged)
+        .await
+        .expect("the failed sync is in the action log");
+    assert_eq!(subject, period.to_string());
+    assert_eq!(details["step"], "the sync from Stripe");
+    assert!(
+        details["error"].as_str().unwrap().contains("No such key"),
+        "{details}"
+    );
+}
