@@ -9,7 +9,7 @@ use crate::{
     components::Layout,
     pages::{
         ActionLogPage, AlertsPage, ApiTokensPage, ApprovalsPage, AuditCallPage, AuditLogPage,
-        BulkResolvePage, CapIncreasePage, FindingPage, KeyPage, LoginPage, NewKeyPage,
+        BulkResolvePage, CapIncreasePage, FindingPage, InvitePage, KeyPage, LoginPage, NewKeyPage,
         NotFoundPage, OperatorsPage, OverviewPage, ReconciliationPage, VaultKeysPage,
     },
 };
@@ -53,6 +53,7 @@ pub fn App() -> impl IntoView {
         <Router>
             <Routes fallback=|| view! { <NotFoundPage/> }>
                 <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
+                <Route path=path!("/invite/:token") view=InvitePage ssr=SsrMode::Async/>
                 <ParentRoute path=path!("") view=Layout ssr=SsrMode::Async>
                     <Route path=path!("") view=OverviewPage/>
                     <Route path=path!("/keys") view=VaultKeysPage/>

@@ -1,7 +1,7 @@
 // @ts-check
 const { test, expect, accounts } = require('./fixtures');
 
-test('an admin adds an operator, who can then sign in with the password shown once', async ({ page, signIn, visit, browser }, testInfo) => {
+test('an admin invites an operator, who sets their own password from the link and signs in', async ({ page, signIn, visit, browser }, testInfo) => {
   const email = `new-${testInfo.project.name}-${Date.now()}@e2e.test`;
   await signIn(accounts.admin);
   await visit('/operators');
@@ -11,9 +11,9 @@ test('an admin adds an operator, who can then sign in with the password shown on
   await page.getByRole('button', { name: 'Add operator' }).click();
 
   await expect(page).toHaveURL(/\/operators$/);
-  await expect(page.getByRole('status')).toContainText(`Added ${email} as operator.`);
-  const password = (await page.getByTestId('one-time-secret').textContent()) ?? '';
-  expect(password).toHaveLength(20);
+  await expect(page.getByRole('status')).toContainText(`Added ${email} as operator. Send them this invitation link`);
+  const link = (await page.getByTestId('one-time-secret').textContent()) ?? '';
+  expect(link).toMatch(/\/invite\/inv_[A-Za-z0-9]{40}$/);
   const row = page.getByRole('row').filter({ hasText: email });
   await expect(row).toHaveCount(1);
   await expect(row.getByRole('combobox')).toHaveValue('operator');
@@ -22,15 +22,28 @@ test('an admin adds an operator, who can then sign in with the password shown on
   await page.reload();
   await expect(page.getByTestId('one-time-secret')).toHaveCount(0);
 
-  // The new operator signs in in a separate browser context.
+  // The new operator opens the link in their own browser and chooses a password.
   const { baseURL, javaScriptEnabled } = testInfo.project.use;
   const context = await browser.newContext({ baseURL, javaScriptEnabled });
   const other = await context.newPage();
-  await other.goto('/login');
+  await other.goto(link);
+  const password = `only ${testInfo.project.name} knows this`;
+  await other.getByLabel('New password').fill(password);
+  await other.getByLabel('The same password again').fill(password);
+  await other.getByRole('button', { name: 'Set password' }).click();
+  await expect(other).toHaveURL(/\/login\?invited=1$/);
+  await expect(other.getByRole('status')).toHaveText('Your password is set. Sign in with it.');
   await other.getByLabel('Email').fill(email);
   await other.getByLabel('Password').fill(password);
   await other.getByRole('button', { name: 'Sign in' }).click();
   await expect(other.getByTestId('signed-in-as')).toHaveText(email);
+
+  // The link works once.
+  await other.goto(link);
+  await other.getByLabel('New password').fill('a second password!');
+  await other.getByLabel('The same password again').fill('a second password!');
+  await other.getByRole('button', { name: 'Set password' }).click();
+  await expect(other.getByRole('alert')).toContainText('this invitation link was already used');
   await context.close();
 });
 

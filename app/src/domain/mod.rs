@@ -52,6 +52,9 @@ pub use role::Role;
 
 use serde::{Deserialize, Serialize};
 
+/// Passwords chosen by people must be at least this long.
+pub const MIN_PASSWORD_CHARS: usize = 12;
+
 /// The signed-in operator, as the console shows them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Me {

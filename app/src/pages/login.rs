@@ -33,6 +33,7 @@ pub fn LoginPage() -> impl IntoView {
         _ => "Sign-in failed. Try again.".to_string(),
     });
     let signed_out = param("signed_out").is_some();
+    let invited = param("invited").is_some();
 
     view! {
         <Title text="Sign in"/>
@@ -48,6 +49,9 @@ pub fn LoginPage() -> impl IntoView {
                         <p>"The link you followed would have sent you to another site after signing in. "
                            "You will land on the overview instead."</p>
                     </div>
+                })}
+                {invited.then(|| view! {
+                    <div class="notice notice-success" role="status"><p>"Your password is set. Sign in with it."</p></div>
                 })}
                 {signed_out.then(|| view! {
                     <div class="notice notice-success" role="status"><p>"You have signed out."</p></div>

@@ -54,7 +54,7 @@ fn AddOperatorForm() -> impl IntoView {
                 <RoleSelect id="new-role" selected=Role::Viewer described=true/>
             </div>
             <button type="submit" class="button button-primary">"Add operator"</button>
-            <p class="hint">"A password is generated and shown once, for you to pass on."</p>
+            <p class="hint">"An invitation link is shown once, for you to pass on: it works once, within 24 hours, for them to set their own password."</p>
         </form>
     }
 }

@@ -15,7 +15,7 @@ use super::{
         login_failures::{self, Attempt},
         operators::{self, InsertError, OperatorRow},
     },
-    AuthConfig,
+    secrets, AuthConfig,
 };
 use crate::{
     domain::{Email, Role},
@@ -154,6 +154,135 @@ pub async fn add_operator(
     .await?;
     tx.commit().await?;
     Ok((operator, generated.then_some(password)))
+}
+
+/// How long an invitation link works.
+pub const INVITATION_HOURS: i64 = 24;
+
+/// Adds an operator who sets their own password from a one-time invitation
+/// link; answers the operator and the link's token, to be passed on once.
+/// Until the link is used nobody can sign in as them.
+pub async fn invite_operator(
+    pool: &PgPool,
+    actor: Actor,
+    email: &Email,
+    role: Role,
+) -> Result<(OperatorRow, String), AppError> {
+    let created_by = match actor {
+        Actor::Operator { id, .. } => Some(id),
+        _ => None,
+    };
+    let token = secrets::Secret::generate("inv_");
+    let mut tx = pool.begin().await?;
+    let operator = operators::insert(&mut *tx, email, role, UNUSABLE_PASSWORD, created_by)
+        .await
+        .map_err(|err| match err {
+            InsertError::EmailTaken => AppError::Invalid(format!("{email} already has an account")),
+            InsertError::Database(err) => err.into(),
+        })?;
+    let expires_at = Utc::now() + Duration::hours(INVITATION_HOURS);
+    sqlx::query(
+        "INSERT INTO operator_invitations (operator_id, token_hash, created_by, expires_at)
+         VALUES ($1, $2, $3, $4)",
+    )
+    .bind(operator.id)
+    .bind(&token.hash)
+    .bind(created_by)
+    .bind(expires_at)
+    .execute(&mut *tx)
+    .await?;
+    actions::record(
+        &mut *tx,
+        actor,
+        "add_operator",
+        "operator",
+        Some(operator.id.to_string()),
+        json!({ "email": operator.email, "role": role, "invitation_expires_at": expires_at }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((operator, token.plaintext))
+}
+
+/// A password hash no password matches (not a PHC string): an invited
+/// operator's until they set their own.
+const UNUSABLE_PASSWORD: &str = "!";
+
+/// Sets an invited operator's password from their link, once, within its
+/// 24 hours. A used, expired or unknown link changes nothing.
+pub async fn accept_invitation(
+    pool: &PgPool,
+    token: &str,
+    password: String,
+    ip: Option<IpAddr>,
+) -> Result<OperatorRow, AppError> {
+    check_password_strength(&password)?;
+    let hash = hash_in_background(password).await?;
+    let mut tx = pool.begin().await?;
+    #[derive(sqlx::FromRow)]
+    struct Invitation {
+        id: i64,
+        operator_id: i64,
+        expires_at: chrono::DateTime<Utc>,
+        used_at: Option<chrono::DateTime<Utc>>,
+    }
+    let invitation: Option<Invitation> = sqlx::query_as(
+        "SELECT id, operator_id, expires_at, used_at FROM operator_invitations
+         WHERE token_hash = $1 FOR UPDATE",
+    )
+    .bind(secrets::hash(token))
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(Invitation {
+        id,
+        operator_id,
+        expires_at,
+        used_at,
+    }) = invitation
+    else {
+        return Err(AppError::Invalid(
+            "this invitation link is not valid: check that it was copied whole, or ask an admin for a new one".into(),
+        ));
+    };
+    if let Some(used_at) = used_at {
+        return Err(AppError::Invalid(format!(
+            "this invitation link was already used on {} UTC: sign in with the password set then, or ask an admin to reset it",
+            used_at.format("%Y-%m-%d %H:%M")
+        )));
+    }
+    if expires_at <= Utc::now() {
+        return Err(AppError::Invalid(format!(
+            "this invitation link expired on {} UTC: ask an admin for a new one",
+            expires_at.format("%Y-%m-%d %H:%M")
+        )));
+    }
+    sqlx::query("UPDATE operator_invitations SET used_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE operators SET password_hash = $2 WHERE id = $1 AND password_hash = $3")
+        .bind(operator_id)
+        .bind(&hash)
+        .bind(UNUSABLE_PASSWORD)
+        .execute(&mut *tx)
+        .await?;
+    let operator = operators::find_by_id(&mut *tx, operator_id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    actions::record(
+        &mut *tx,
+        Actor::Operator {
+            id: operator_id,
+            ip,
+        },
+        "accept_invitation",
+        "operator",
+        Some(operator_id.to_string()),
+        json!({ "email": operator.email }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(operator)
 }
 
 async fn hash_in_background(password: String) -> Result<String, AppError> {

@@ -12,7 +12,7 @@ use tower_sessions::Session;
 
 use super::{data::operators, AuthConfig};
 use crate::{
-    domain::{Me, Role},
+    domain::{Me, Role, MIN_PASSWORD_CHARS},
     error::AppError,
 };
 
@@ -129,13 +129,10 @@ pub fn generate_password() -> String {
     rand::thread_rng().sample_iter(dist).take(20).collect()
 }
 
-/// Passwords chosen by people must be at least this long.
-pub const MIN_PASSWORD_LEN: usize = 12;
-
 pub fn check_password_strength(password: &str) -> Result<(), AppError> {
-    if password.chars().count() < MIN_PASSWORD_LEN {
+    if password.chars().count() < MIN_PASSWORD_CHARS {
         return Err(AppError::Invalid(format!(
-            "a password needs at least {MIN_PASSWORD_LEN} characters"
+            "a password needs at least {MIN_PASSWORD_CHARS} characters"
         )));
     }
     Ok(())

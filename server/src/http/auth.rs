@@ -11,9 +11,9 @@ use axum::{
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::{client_ip::ClientIp, error::HttpError};
+use super::{client_ip::ClientIp, error::HttpError, forms::redirect_with};
 use app::{
-    domain::is_local_path,
+    domain::{is_local_path, Notice},
     ssr::{
         accounts::{self, SignInError},
         auth::{begin_session, end_session, resolve_session, SessionState},
@@ -105,6 +105,45 @@ fn urlencode(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
+#[derive(Debug, Deserialize)]
+pub struct InvitationForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    password_again: String,
+}
+
+/// An invited operator sets their password from their link; then signs in.
+pub async fn accept_invitation(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    form: Result<Form<InvitationForm>, FormRejection>,
+) -> Response {
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let outcome = if form.password != form.password_again {
+        Err(app::error::AppError::Invalid(
+            "the two passwords differ".into(),
+        ))
+    } else {
+        accounts::accept_invitation(&state.pool, &form.token, form.password, ip).await
+    };
+    match outcome {
+        Ok(_) => Redirect::to("/login?invited=1").into_response(),
+        Err(app::error::AppError::Invalid(message)) => {
+            let notice = Notice::error(format!("Nothing was changed: {message}."));
+            let back = format!("/invite/{}", urlencode(&form.token));
+            redirect_with(&session, notice, &back).await
+        }
+        Err(err) => HttpError::from(err).into_response(),
+    }
+}
+
 pub async fn logout(session: Session) -> Response {
     match end_session(&session).await {
         Ok(()) => Redirect::to("/login?signed_out=1").into_response(),
@@ -123,8 +162,10 @@ pub async fn authenticate(
     next: Next,
 ) -> Response {
     let path = request.uri().path().to_owned();
-    let open_to_anyone =
-        path == "/login" || path.starts_with("/auth/") || path.starts_with("/api/");
+    let open_to_anyone = path == "/login"
+        || path.starts_with("/auth/")
+        || path.starts_with("/invite/")
+        || path.starts_with("/api/");
     match resolve_session(&session, &state.pool, &state.auth).await {
         Ok(SessionState::SignedIn(me)) => {
             if path == "/login" && request.method() == Method::GET {

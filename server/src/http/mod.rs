@@ -122,6 +122,7 @@ pub fn console_routes(state: AppState) -> ConsoleRoutes {
     ConsoleRoutes::new(state)
         .open(POST, "/auth/login", auth::login)
         .open(POST, "/auth/logout", auth::logout)
+        .open(POST, "/auth/invite", auth::accept_invitation)
         .route(Method::GET, "/audit.csv", Viewer, audit_export::console)
         .route(
             Method::GET,

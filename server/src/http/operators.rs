@@ -3,6 +3,7 @@
 
 use axum::{
     extract::{rejection::FormRejection, Path, State},
+    http::{header, HeaderMap},
     response::Response,
     Extension, Form,
 };
@@ -39,10 +40,20 @@ pub struct DisabledForm {
     disabled: bool,
 }
 
+/// `https://console.example` as the browser reached us.
+fn origin(headers: &HeaderMap, secure: bool) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .unwrap_or("localhost");
+    format!("{}://{host}", if secure { "https" } else { "http" })
+}
+
 pub async fn add(
     State(state): State<AppState>,
     Extension(me): Extension<Me>,
     ClientIp(ip): ClientIp,
+    headers: HeaderMap,
     session: Session,
     form: Result<Form<AddForm>, FormRejection>,
 ) -> Response {
@@ -51,16 +62,15 @@ pub async fn add(
         let email = Email::parse(&form.email)?;
         let role: Role = form.role.parse()?;
         let actor = Actor::Operator { id: me.id, ip };
-        let (operator, password) =
-            accounts::add_operator(&state.pool, actor, &email, role, None).await?;
-        let notice = Notice::success(format!(
-            "Added {} as {}. Their password:",
-            operator.email, operator.role
-        ));
-        Ok(match password {
-            Some(password) => notice.with_secret(password),
-            None => notice,
-        })
+        let (operator, token) = accounts::invite_operator(&state.pool, actor, &email, role).await?;
+        let link = format!("{}/invite/{token}", origin(&headers, state.auth.secure_cookies));
+        Ok(Notice::success(format!(
+            "Added {} as {}. Send them this invitation link: it works once, within {} hours, for them to set their own password.",
+            operator.email,
+            operator.role,
+            accounts::INVITATION_HOURS
+        ))
+        .with_secret(link))
     }
     .await;
     PAGE.back_with(&session, outcome).await

@@ -1,7 +1,7 @@
 use axum::http::StatusCode;
 use sqlx::PgPool;
 
-use crate::helpers::{one_time_secret, TestApp};
+use crate::helpers::{enc, one_time_secret, TestApp, TestResponse};
 use app::{
     domain::{Email, Role},
     ssr::accounts,
@@ -15,8 +15,23 @@ async fn action_count(pool: &PgPool, action: &str) -> i64 {
         .unwrap()
 }
 
+/// Sets a password from an invitation link: where it lands.
+async fn accept(app: &TestApp, token: &str, password: &str, again: &str) -> TestResponse {
+    app.post_form(
+        "/auth/invite",
+        &format!(
+            "token={}&password={}&password_again={}",
+            enc(token),
+            enc(password),
+            enc(again)
+        ),
+        None,
+    )
+    .await
+}
+
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
-async fn an_admin_adds_an_operator_whose_password_is_shown_once_and_stored_hashed(pool: PgPool) {
+async fn an_admin_invites_an_operator_who_sets_a_password_nobody_else_sees(pool: PgPool) {
     let app = TestApp::new(pool.clone());
     let cookie = app.signed_in("root@example.com", Role::Admin).await;
 
@@ -29,41 +44,116 @@ async fn an_admin_adds_an_operator_whose_password_is_shown_once_and_stored_hashe
         .await;
     assert_eq!(added.status, StatusCode::SEE_OTHER);
     assert_eq!(added.location(), "/operators");
-
     let page = app.get("/operators", Some(&added.revealing(&cookie))).await;
     assert!(
-        page.body.contains("Added bea@example.com as approver."),
+        page.body
+            .contains("Added bea@example.com as approver. Send them this invitation link"),
         "{}",
         page.body
     );
-    let password = one_time_secret(&page.body).expect("the generated password is on the page");
-    assert_eq!(password.len(), 20);
+    let link = one_time_secret(&page.body).expect("the invitation link is on the page");
+    let token = link
+        .strip_prefix("http://localhost/invite/")
+        .expect("a link to this console")
+        .to_owned();
 
-    let again = app.get("/operators", Some(&cookie)).await;
-    assert!(
-        !again.body.contains(&password),
-        "the password is shown only once"
-    );
-
+    // Until the link is used nobody can sign in as bea, with any password.
     let hash: String =
         sqlx::query_scalar("SELECT password_hash FROM operators WHERE email = 'bea@example.com'")
             .fetch_one(&pool)
             .await
             .unwrap();
-    assert!(hash.starts_with("$argon2id$"));
-    assert!(!hash.contains(&password));
+    assert_eq!(hash, "!");
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT token_hash FROM operator_invitations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert_eq!(
-        action_count(&pool, "add_operator").await,
-        2,
-        "the CLI's and the console's additions are both logged"
+        stored,
+        app::ssr::secrets::hash(&token),
+        "only its hash is kept"
     );
 
-    // And the new operator can sign in with it.
-    let body = format!("email=bea%40example.com&password={password}");
+    // The page for the link is open without signing in.
+    let invite = app.get(&format!("/invite/{token}"), None).await;
+    assert_eq!(invite.status, StatusCode::OK);
+    assert!(invite.body.contains("Set password"));
+
+    let mismatch = accept(&app, &token, "a password of bea's", "another one entirely").await;
+    assert_eq!(mismatch.location(), format!("/invite/{token}"));
+    let set = accept(&app, &token, "a password of bea's", "a password of bea's").await;
+    assert_eq!(set.location(), "/login?invited=1");
+    let body = format!(
+        "email=bea%40example.com&password={}",
+        enc("a password of bea's")
+    );
     assert_eq!(
         app.post_form("/auth/login", &body, None).await.location(),
         "/"
     );
+
+    // Used once: a second use changes nothing and says why.
+    let again = accept(&app, &token, "someone else's pass", "someone else's pass").await;
+    let cookie = again
+        .session_cookie()
+        .expect("the message rides in a session");
+    let said = app.get(again.location(), Some(&cookie)).await.body;
+    assert!(
+        said.contains("this invitation link was already used"),
+        "{said}"
+    );
+    let body = format!(
+        "email=bea%40example.com&password={}",
+        enc("someone else's pass")
+    );
+    assert_eq!(
+        app.post_form("/auth/login", &body, None).await.location(),
+        "/login?error=invalid"
+    );
+    let logged: Vec<String> = sqlx::query_scalar(
+        "SELECT action FROM operator_actions WHERE subject_type = 'operator' AND subject_id =
+            (SELECT id::text FROM operators WHERE email = 'bea@example.com') ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(logged, ["add_operator", "accept_invitation", "sign_in"]);
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn an_expired_or_unknown_invitation_sets_nothing(pool: PgPool) {
+    let app = TestApp::new(pool.clone());
+    let admin = app.add_operator("root@example.com", Role::Admin).await;
+    let actor = app::ssr::data::actions::Actor::Operator {
+        id: admin,
+        ip: None,
+    };
+    let email = Email::parse("cid@example.com").unwrap();
+    let (_, token) = accounts::invite_operator(&pool, actor, &email, Role::Viewer)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE operator_invitations SET created_at = now() - interval '2 days',
+                expires_at = now() - interval '1 day'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    for (token, says) in [
+        (token.as_str(), "this invitation link expired on"),
+        ("inv_made_up", "this invitation link is not valid"),
+    ] {
+        let refused = accept(&app, token, "a fine password!", "a fine password!").await;
+        let cookie = refused.session_cookie().unwrap();
+        let said = app.get(refused.location(), Some(&cookie)).await.body;
+        assert!(said.contains(says), "{said}");
+    }
+    let hash: String =
+        sqlx::query_scalar("SELECT password_hash FROM operators WHERE email = 'cid@example.com'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(hash, "!", "nothing was set");
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
