@@ -3,6 +3,9 @@
 -- request expires, and never by whoever asked, nor by the admin who made
 -- the API token that asked (otherwise one person could make a token, ask
 -- with it and approve; the table's CHECK cannot see through the token).
+-- A request's own columns never change: only its decision is written (and
+-- its expiry brought forward), so nobody can rewrite who asked or for what
+-- before deciding it, or keep it open longer.
 -- The trigger's argument names the kind of request: its constraint names
 -- start with it (`cap_increase_four_eyes`, …).
 CREATE FUNCTION guard_four_eyes_decision() RETURNS trigger
@@ -10,7 +13,14 @@ LANGUAGE plpgsql AS $$
 DECLARE
     kind text := TG_ARGV[0];
     what text := replace(TG_ARGV[0], '_', ' ') || ' request';
+    decision_fields text[] := ARRAY['decision', 'decided_at', 'decided_by', 'decision_note',
+                                    'follow_on_key_id', 'vault_key_id', 'expires_at'];
 BEGIN
+    IF to_jsonb(NEW) - decision_fields IS DISTINCT FROM to_jsonb(OLD) - decision_fields
+       OR NEW.expires_at > OLD.expires_at THEN
+        RAISE EXCEPTION '% %: only its decision may be written', what, OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = kind || '_unchanged';
+    END IF;
     IF OLD.decision IS NOT NULL THEN
         RAISE EXCEPTION '% % was already %', what, OLD.id, OLD.decision
             USING ERRCODE = 'check_violation', CONSTRAINT = kind || '_decided_once';

@@ -27,11 +27,18 @@ pub async fn take_notice() -> Result<Option<Notice>, AppError> {
         .collect::<Vec<_>>()
         .join("; ");
     let notice = flash::take(&session, Some(&cookies)).await;
+    let response = expect_context::<leptos_axum::ResponseOptions>();
     if cookies.contains(flash::REVEAL_COOKIE) {
-        let response = expect_context::<leptos_axum::ResponseOptions>();
         if let Ok(forget) = HeaderValue::from_str(&flash::forget_reveal_cookie()) {
             response.append_header(header::SET_COOKIE, forget);
         }
+    }
+    if notice
+        .as_ref()
+        .is_some_and(|notice| notice.secret.is_some())
+    {
+        // Not from the browser's cache or history either.
+        response.insert_header(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
     Ok(notice)
 }

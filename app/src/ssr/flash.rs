@@ -56,6 +56,10 @@ pub async fn set(session: &Session, mut notice: Notice) -> Option<String> {
             hex::encode(key)
         ));
     }
+    if cookie.is_none() {
+        // An earlier secret never shown must not ride on this notice.
+        let _ = session.remove_value(SEALED).await;
+    }
     if let Err(err) = session.insert(KEY, notice).await {
         tracing::error!(error = %err, "could not store a notice in the session");
     }

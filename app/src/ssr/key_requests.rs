@@ -115,15 +115,17 @@ pub async fn issue_or_request(
     let secret = Secret::generate("vk_");
     let endpoints = key.endpoint_list();
     let expires_at = (Utc::now() + policy.request_ttl).min(key.expires_at);
+    let row = key.row(&endpoints, &secret, actor, None);
     let mut tx = pool.begin().await?;
-    let id = key_requests::insert(
-        &mut *tx,
-        &key.row(&endpoints, &secret, actor, None),
-        &over_policy,
-        policy_cap.0,
-        expires_at,
-    )
-    .await?;
+    // A retry (a redelivered message, a double click) files nothing new:
+    // approving two would issue two keys.
+    if let Some(waiting) = key_requests::waiting_twin(&mut *tx, &row).await? {
+        return Err(AppError::Invalid(format!(
+            "key request #{waiting} for {} in {} already waits for an approver",
+            row.label, row.billing_period
+        )));
+    }
+    let id = key_requests::insert(&mut *tx, &row, &over_policy, policy_cap.0, expires_at).await?;
     actions::record(
         &mut *tx,
         actor,

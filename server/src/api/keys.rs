@@ -123,9 +123,12 @@ impl CreateKey {
             ) {
                 (Some(dollars), None, None) => {
                     // The seeds send the cap; the expected total is what it was
-                    // computed from.
+                    // computed from, rounded up, so that the key's own buffer
+                    // gives the cap back (rounding down would leave the cap a
+                    // cent above expected × 1.10, beyond the key policy).
                     let cap = Cents::from_dollars(dollars)?;
-                    let expected = i128::from(cap.0) * 10_000 / (10_000 + i128::from(buffer_bps));
+                    let divisor = 10_000 + i128::from(buffer_bps);
+                    let expected = (i128::from(cap.0) * 10_000 + divisor - 1) / divisor;
                     (Cents(expected as i64), cap)
                 }
                 (None, Some(expected), cap) => {

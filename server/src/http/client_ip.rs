@@ -54,15 +54,21 @@ pub fn client_ip(peer: IpAddr, hops: &[&str], trusted: &[IpNet]) -> IpAddr {
     let mut client = peer.to_canonical();
     let mut hops = hops.iter().rev();
     while is_trusted(&client) {
-        match hops
-            .next()
-            .and_then(|hop| hop.trim().parse::<IpAddr>().ok())
-        {
+        match hops.next().and_then(|hop| parse_hop(hop.trim())) {
             Some(ip) => client = ip.to_canonical(),
             None => break,
         }
     }
     client
+}
+
+/// `198.51.100.1`, `198.51.100.1:4000`, `2001:db8::1` or `[2001:db8::1]:4000`.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    hop.parse::<IpAddr>().ok().or_else(|| {
+        hop.parse::<std::net::SocketAddr>()
+            .ok()
+            .map(|addr| addr.ip())
+    })
 }
 
 #[cfg(test)]
@@ -95,6 +101,15 @@ mod tests {
         // Our proxy sent nothing readable: the proxy is all we know.
         assert_eq!(client("10.0.0.2", &[]), ip("10.0.0.2"));
         assert_eq!(client("10.0.0.2", &["unknown"]), ip("10.0.0.2"));
+        // Some proxies write the client's port too.
+        assert_eq!(
+            client("10.0.0.2", &["198.51.100.1:4000"]),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            client("10.0.0.2", &["[2001:db8::1]:4000"]),
+            ip("2001:db8::1")
+        );
         // IPv4 seen through an IPv6 socket is the same address.
         assert_eq!(
             client("::ffff:10.0.0.2", &["198.51.100.1"]),

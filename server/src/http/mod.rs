@@ -226,6 +226,8 @@ async fn metrics(
             app::ssr::secrets::hash(token) == app::ssr::secrets::hash(presented)
         }
         (Some(_), None) => false,
+        // Forwarded by a proxy on this host: the client is not local.
+        (None, _) if headers.contains_key("x-forwarded-for") => false,
         (None, _) => ip.is_some_and(|ip| ip.is_loopback()),
     };
     if !allowed {

@@ -148,6 +148,37 @@ async fn nobody_issues_their_own_key_beyond_policy(pool: PgPool) {
         .await
         .unwrap();
 
+    // Nobody rewrites who asked, or for what, before deciding.
+    let err = sqlx::query(
+        "UPDATE key_requests SET requested_by = (SELECT min(id) FROM operators), cap_cents = 1
+         WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.as_database_error().unwrap().constraint(),
+        Some("key_request_unchanged")
+    );
+
+    // Asking again for the same key while it waits files nothing new.
+    let twice = app
+        .post_form("/keys", &with(&[("buffer_pct", "20")]), Some(&asker))
+        .await;
+    let form = app.get(twice.location(), Some(&asker)).await.body;
+    assert!(
+        form.contains(&format!(
+            "key request #{id} for billing-run-2026-12 in 2026-12 already waits"
+        )),
+        "{form}"
+    );
+    let requests: i64 = sqlx::query_scalar("SELECT count(*) FROM key_requests")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(requests, 1);
+
     // They cannot decide it, here or in the database.
     let page = app.get("/approvals", Some(&asker)).await.body;
     assert!(page.contains("You asked for this key"));
@@ -285,4 +316,32 @@ async fn a_tokens_or_a_roles_ceiling_holds_keys_that_are_within_the_buffer(pool:
         said.contains("the cap 5,500.00 USD is above this role's ceiling of 1,000.00 USD"),
         "{said}"
     );
+}
+
+/// The seeds' body sends the cap (`daily_usd_cap`); the expected total is
+/// derived from it. Whatever the cap, that key is within the buffer policy:
+/// no billing job using the seeds' body waits for an approver.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_seed_body_key_is_always_within_the_buffer_policy(pool: PgPool) {
+    let app = TestApp::new(pool);
+    let token = app.api_token_with(&[ApiScope::KeysCreate]).await;
+    for dollars in [5000.0, 1.0, 0.07, 123.45, 99_999.99] {
+        let created = app
+            .api(
+                "POST",
+                "/vault/keys",
+                Some(&token),
+                Some(json!({
+                    "vendor": "stripe", "label": "seeds", "daily_usd_cap": dollars,
+                    "allowed_endpoints": ["/v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+                })),
+            )
+            .await;
+        assert_eq!(
+            created.status,
+            StatusCode::CREATED,
+            "${dollars}: {}",
+            created.body
+        );
+    }
 }

@@ -457,6 +457,24 @@ async fn calls_are_counted_by_decision_in_the_metrics(pool: PgPool) {
         StatusCode::FORBIDDEN,
         "not from this host, no token"
     );
+    let from_this_host =
+        |forwarded: Option<&str>| {
+            let mut request = axum::http::Request::get("/metrics").header("host", "localhost");
+            if let Some(client) = forwarded {
+                request = request.header("x-forwarded-for", client);
+            }
+            let mut request = request.body(axum::body::Body::empty()).unwrap();
+            request.extensions_mut().insert(axum::extract::ConnectInfo(
+                std::net::SocketAddr::from(([127, 0, 0, 1], 5000)),
+            ));
+            request
+        };
+    assert_eq!(app.send(from_this_host(None)).await.status, StatusCode::OK);
+    assert_eq!(
+        app.send(from_this_host(Some("203.0.113.9"))).await.status,
+        StatusCode::FORBIDDEN,
+        "a proxy on this host forwards someone who is not local"
+    );
     // The same process's metrics through an instance with a scraper token.
     let mut state = app.state.clone();
     state.auth = std::sync::Arc::new(app::ssr::AuthConfig {

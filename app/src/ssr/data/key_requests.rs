@@ -80,6 +80,26 @@ pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<KeyRequest>, 
     find(tx, id).await
 }
 
+/// The request for the same key (label and period) by the same requester
+/// that is still waiting, if any.
+pub async fn waiting_twin(
+    db: impl PgExecutor<'_>,
+    key: &NewKeyRow<'_>,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM key_requests
+         WHERE label = $1 AND billing_period = $2 AND decision IS NULL AND expires_at > now()
+           AND requested_by IS NOT DISTINCT FROM $3 AND requested_by_token IS NOT DISTINCT FROM $4
+         LIMIT 1",
+    )
+    .bind(key.label)
+    .bind(&key.billing_period)
+    .bind(key.created_by)
+    .bind(key.created_by_token)
+    .fetch_optional(db)
+    .await
+}
+
 /// Requests waiting for a decision, oldest first.
 pub async fn pending(db: impl PgExecutor<'_>) -> Result<Vec<KeyRequest>, sqlx::Error> {
     sqlx::query_as(&format!(
