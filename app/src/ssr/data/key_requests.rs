@@ -69,15 +69,10 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<KeyRequest>
 
 /// The request, its row locked until the transaction ends.
 pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<KeyRequest>, sqlx::Error> {
-    let exists = sqlx::query("SELECT 1 FROM key_requests WHERE id = $1 FOR UPDATE")
+    sqlx::query_as(&format!("{SELECT} WHERE r.id = $1 FOR UPDATE OF r"))
         .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .is_some();
-    if !exists {
-        return Ok(None);
-    }
-    find(tx, id).await
+        .fetch_optional(tx)
+        .await
 }
 
 /// The request for the same key (label and period) by the same requester
