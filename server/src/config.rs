@@ -13,6 +13,14 @@ pub struct DatabaseArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// The owner of the schema, for migrations only, when DATABASE_URL names
+    /// the role the application runs as (a member of `vaultcap_app`, which
+    /// cannot rewrite the logs). Without it, migrations run through
+    /// DATABASE_URL, and the application can rewrite its logs if that role
+    /// owns them (it says so at start).
+    #[arg(long, env = "VAULTCAP_MIGRATION_DATABASE_URL", hide_env_values = true)]
+    pub migration_database_url: Option<String>,
+
     /// Where the private PostgreSQL cluster lives [default: the user's data
     /// directory, e.g. ~/.local/share/vaultcap; /var/lib/vaultcap for root,
     /// whose home the postgres user cannot enter].

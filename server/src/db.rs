@@ -5,9 +5,10 @@
 use std::str::FromStr;
 
 use anyhow::Context;
+use app::ssr::data::audit_chain;
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
-    PgPool,
+    ConnectOptions, Connection, PgConnection, PgPool,
 };
 
 use crate::{config::DatabaseArgs, embedded_pg::EmbeddedPostgres};
@@ -24,34 +25,58 @@ pub struct Database {
     embedded: Option<EmbeddedPostgres>,
 }
 
+/// The role the application logs in as in the private cluster: a member of
+/// `vaultcap_app` (made by the migrations), so it owns nothing and may only
+/// append to the logs. Migrations there run as the cluster's superuser.
+pub const APP_LOGIN: &str = "vaultcap";
+
 impl Database {
     pub async fn open(args: &DatabaseArgs) -> anyhow::Result<Self> {
-        let (options, embedded) = match &args.database_url {
-            Some(url) => (
-                PgConnectOptions::from_str(url).context("DATABASE_URL is not a PostgreSQL URL")?,
-                None,
-            ),
+        let (owner, app, embedded) = match &args.database_url {
+            Some(url) => {
+                let app = PgConnectOptions::from_str(url)
+                    .context("DATABASE_URL is not a PostgreSQL URL")?;
+                let owner = match &args.migration_database_url {
+                    Some(url) => PgConnectOptions::from_str(url)
+                        .context("VAULTCAP_MIGRATION_DATABASE_URL is not a PostgreSQL URL")?,
+                    None => app.clone(),
+                };
+                (owner, app, None)
+            }
             None => {
+                anyhow::ensure!(
+                    args.migration_database_url.is_none(),
+                    "VAULTCAP_MIGRATION_DATABASE_URL needs DATABASE_URL: the private cluster \
+                     runs its migrations as its own superuser"
+                );
                 let dir = args.data_dir().join("postgres");
                 let pg = EmbeddedPostgres::start(&dir).await?;
                 tracing::info!(dir = %dir.display(), "private PostgreSQL cluster running");
-                (pg.connect_options(crate::embedded_pg::DATABASE), Some(pg))
+                let owner = pg.connect_options(crate::embedded_pg::DATABASE);
+                let app = owner.clone().username(APP_LOGIN);
+                (owner, app, Some(pg))
             }
         };
+        migrate(&owner, embedded.is_some()).await?;
         let pool = PgPoolOptions::new()
             .max_connections(args.db_max_connections)
             .acquire_timeout(std::time::Duration::from_secs(5))
-            .connect_with(options.clone())
+            .connect_with(app.clone())
             .await
             .context("connecting to PostgreSQL")?;
         let ledger_pool = PgPoolOptions::new()
             .max_connections(args.db_ledger_connections.max(2))
             .acquire_timeout(std::time::Duration::from_secs(5))
-            .connect_lazy_with(options);
-        MIGRATOR
-            .run(&pool)
-            .await
-            .context("running database migrations")?;
+            .connect_lazy_with(app);
+        let protection = audit_chain::log_protection(&pool).await?;
+        if protection.can_rewrite {
+            tracing::warn!(
+                role = %protection.role,
+                "the application's database role can rewrite the audit log: give DATABASE_URL \
+                 a role that is a member of vaultcap_app and run migrations through \
+                 VAULTCAP_MIGRATION_DATABASE_URL (README: tamper evidence)"
+            );
+        }
         Ok(Self {
             pool,
             ledger_pool,
@@ -68,4 +93,49 @@ impl Database {
         }
         Ok(())
     }
+}
+
+/// Brings the schema up to date as its owner, on a connection of its own.
+/// In the private cluster it also makes the application's login role.
+async fn migrate(owner: &PgConnectOptions, private_cluster: bool) -> anyhow::Result<()> {
+    let mut conn = owner
+        .connect()
+        .await
+        .context("connecting to PostgreSQL to run migrations")?;
+    MIGRATOR
+        .run(&mut conn)
+        .await
+        .context("running database migrations")?;
+    if private_cluster {
+        ensure_login_role(&mut conn, APP_LOGIN).await?;
+    }
+    conn.close().await?;
+    Ok(())
+}
+
+/// Creates `name`, a login role in `vaultcap_app`, unless it exists.
+pub async fn ensure_login_role(conn: &mut PgConnection, name: &str) -> anyhow::Result<()> {
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)")
+            .bind(name)
+            .fetch_one(&mut *conn)
+            .await?;
+    if !exists {
+        // A role name cannot be a bind parameter; this one is a constant.
+        let created = sqlx::query(&format!(
+            "CREATE ROLE \"{name}\" LOGIN IN ROLE vaultcap_app"
+        ))
+        .execute(&mut *conn)
+        .await;
+        match created {
+            // Made by another process at the same moment.
+            Err(sqlx::Error::Database(err))
+                if matches!(err.code().as_deref(), Some("42710" | "23505")) => {}
+            other => {
+                other
+                    .with_context(|| format!("creating the application's database role {name}"))?;
+            }
+        }
+    }
+    Ok(())
 }

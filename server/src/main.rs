@@ -24,6 +24,9 @@ enum Command {
     /// Manage admin API tokens (for the key API).
     #[command(subcommand)]
     Token(cli::token::TokenCommand),
+    /// Check the audit log's hash chain.
+    #[command(subcommand)]
+    Audit(cli::audit::AuditCommand),
     /// Benchmarks that print figures (in a private cluster made for the run).
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
@@ -52,6 +55,7 @@ async fn main() -> std::process::ExitCode {
         Command::Token(command) => cli::token::run(command).await,
         Command::Demo(args) => cli::demo::run(args).await,
         Command::Reconcile(args) => cli::reconcile::run(args).await,
+        Command::Audit(command) => cli::audit::run(command).await,
         Command::Bench(command) => cli::bench::run(command).await,
         Command::Postgres(args) => cli::postgres::run(args).await,
     };

@@ -48,6 +48,22 @@ fn serve_without_a_database_url_runs_a_private_cluster_and_stops_it_on_sigterm()
 
     let pid_file = dir.path().join("postgres/postmaster.pid");
     assert!(pid_file.exists(), "the private cluster is running");
+
+    // In the private cluster too, the application is not the owner of its
+    // logs: it connects as `vaultcap`, a member of vaultcap_app.
+    let verify = Command::new(env!("CARGO_BIN_EXE_vaultcap"))
+        .args(["audit", "verify", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success(), "{printed}");
+    assert!(
+        printed
+            .contains("The application connects as vaultcap, which can only append to the logs."),
+        "{printed}"
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(serve.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -135,6 +151,77 @@ async fn sigterm_finishes_the_calls_in_flight() {
     assert_eq!(
         audited,
         [("allowed".to_owned(), Some("ch_in_flight".to_owned()))]
+    );
+    db.stop().await.unwrap();
+}
+
+/// `vaultcap audit verify` as an operator runs it on a server of their own:
+/// the application's role from DATABASE_URL, migrations as the owner. It
+/// passes on an honest log and names the row a superuser changed.
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_verify_names_the_row_a_superuser_changed() {
+    use server::{cli::bench::BenchDatabase, db};
+
+    let db = BenchDatabase::start().await.unwrap();
+    db::ensure_login_role(&mut db.pool.acquire().await.unwrap(), "vaultcap")
+        .await
+        .unwrap();
+    let owner_url = db.url();
+    let app_url = owner_url.replacen("postgres://postgres@", "postgres://vaultcap@", 1);
+    assert_ne!(app_url, owner_url);
+    let verify = || {
+        let output = Command::new(env!("CARGO_BIN_EXE_vaultcap"))
+            .args(["audit", "verify"])
+            .env("DATABASE_URL", &app_url)
+            .env("VAULTCAP_MIGRATION_DATABASE_URL", &owner_url)
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    sqlx::query(
+        "INSERT INTO audit_log (request_id, method, path, amount_cents, decision)
+         SELECT gen_random_uuid(), 'POST', '/v1/charges', 500 * n, 'allowed'
+         FROM generate_series(1, 20) AS n",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let (ok, stdout, stderr) = verify();
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("Checked 1 day and 20 rows"), "{stdout}");
+    assert!(
+        stdout.contains("The application connects as vaultcap, which can only append"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Chain verified up to row #20 of"),
+        "{stdout}"
+    );
+
+    sqlx::raw_sql(
+        "ALTER TABLE audit_log DISABLE TRIGGER audit_log_append_only;
+         UPDATE audit_log SET amount_cents = 1 WHERE chain_seq = 13;
+         ALTER TABLE audit_log ENABLE TRIGGER audit_log_append_only;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let changed: i64 = sqlx::query_scalar("SELECT id FROM audit_log WHERE chain_seq = 13")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (ok, stdout, stderr) = verify();
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "the audit log's hash chain is broken: audit row {changed} (#13 of"
+        )),
+        "{stderr}"
     );
     db.stop().await.unwrap();
 }

@@ -4,6 +4,7 @@
 mod action_query;
 mod alert;
 mod api_scope;
+mod audit_chain;
 mod audit_query;
 mod cap_increase;
 mod decision;
@@ -24,6 +25,7 @@ pub use api_scope::{
     parse_token_ceiling, parse_token_days, ApiScope, ApiTokenSummary, TokenStatus,
     DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS,
 };
+pub use audit_chain::{ChainStatus, LogIntegrity};
 pub use audit_query::{
     AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, Cursor, DecisionFilter,
     Position, AUDIT_PAGE_SIZES, DEFAULT_AUDIT_PAGE_SIZE,

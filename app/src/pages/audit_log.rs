@@ -3,9 +3,13 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::{
+    components::utc,
     components::{Amount, ErrorPanel, KeysetPager, RequireRole},
-    domain::{AuditCall, AuditPage, AuditQuery, Decision, Role, AUDIT_PAGE_SIZES},
-    server_fns::list_audit,
+    domain::{
+        group_thousands, AuditCall, AuditPage, AuditQuery, ChainStatus, Decision, LogIntegrity,
+        Role, AUDIT_PAGE_SIZES,
+    },
+    server_fns::{audit_integrity, list_audit},
 };
 
 /// Every call through the proxy, newest first: filters in a GET form (a
@@ -35,12 +39,18 @@ pub fn AuditLogPage() -> impl IntoView {
         })
     };
     let page = Resource::new(query, list_audit);
+    let integrity = Resource::new(|| (), |_| audit_integrity());
     view! {
         <Title text="Audit log"/>
         <RequireRole role=Role::Viewer>
             <div class="page-head">
                 <h1>"Audit log"</h1>
             </div>
+            <Suspense>
+                {move || Suspend::new(async move {
+                    integrity.await.ok().map(|integrity| view! { <Integrity integrity/> })
+                })}
+            </Suspense>
             <Suspense>
                 {move || Suspend::new(async move {
                     let query = query();
@@ -187,4 +197,65 @@ fn CallRow(call: AuditCall) -> impl IntoView {
             <td class="idempotency"><code title=call.idempotency_key.clone()>{call.idempotency_key.clone().unwrap_or_default()}</code></td>
         </tr>
     }
+}
+
+/// Whether the log can be trusted as it reads: the last check of its hash
+/// chain, and a warning when the application's own role could rewrite it.
+#[component]
+fn Integrity(integrity: LogIntegrity) -> impl IntoView {
+    let rows = |n: i64| {
+        format!(
+            "{} {}",
+            group_thousands(n as u64),
+            if n == 1 { "row" } else { "rows" }
+        )
+    };
+    let chain = match integrity.chain {
+        ChainStatus::Empty => None,
+        ChainStatus::NotChecked => Some(view! {
+            <p class="chain-status" data-testid="chain-status">
+                "Hash chain not checked yet: Vaultcap checks it within a minute of new calls."
+            </p>
+        }.into_any()),
+        ChainStatus::Verified { through, checked_at, rows: verified, unchecked_rows } => {
+            let through = through.map(utc).unwrap_or_else(|| "the first row".into());
+            let pending = (unchecked_rows > 0).then(|| {
+                format!(" {} written since are checked within a minute.", rows(unchecked_rows))
+            });
+            Some(view! {
+                <p class="chain-status chain-verified" data-testid="chain-status">
+                    <span aria-hidden="true">"✓ "</span>
+                    {format!(
+                        "Hash chain verified up to {through} ({}; checked {}).",
+                        rows(verified),
+                        utc(checked_at),
+                    )}
+                    {pending}
+                </p>
+            }.into_any())
+        }
+        ChainStatus::Broken { day, row_id, problem, checked_at } => Some(view! {
+            <div class="notice notice-error" role="alert" data-testid="chain-status">
+                <p><strong>"The audit log was changed outside Vaultcap."</strong></p>
+                <p>{format!("Found {}: {problem}.", utc(checked_at))}</p>
+                {row_id.map(|id| view! {
+                    <p><a href=format!("/audit/{id}")>{format!("Open audit row {id}")}</a></p>
+                })}
+                <p>{format!(
+                    "Rows of {day} and later are not vouched for. Run `vaultcap audit verify` on \
+                     the server for the whole report."
+                )}</p>
+            </div>
+        }.into_any()),
+    };
+    let role = integrity.role_can_rewrite.then(|| view! {
+        <div class="notice notice-warning" role="status" data-testid="role-can-rewrite">
+            <p>{format!(
+                "The application's database role ({}) can change audit rows; only the hash chain \
+                 would show it. Run Vaultcap as a member of vaultcap_app (README: tamper evidence).",
+                integrity.role
+            )}</p>
+        </div>
+    });
+    view! { {chain} {role} }
 }

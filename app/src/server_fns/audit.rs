@@ -1,7 +1,7 @@
 use leptos::prelude::*;
 
 use crate::{
-    domain::{ActionPage, ActionQuery, AuditCallDetail, AuditPage, AuditQuery},
+    domain::{ActionPage, ActionQuery, AuditCallDetail, AuditPage, AuditQuery, LogIntegrity},
     error::AppError,
 };
 
@@ -34,4 +34,19 @@ pub async fn list_actions(query: ActionQuery) -> Result<ActionPage, AppError> {
     let filter = query.parse()?;
     let pool = &expect_context::<ssr::AppState>().pool;
     Ok(ssr::data::actions::page(pool, &query, &filter).await?)
+}
+
+/// The audit log's tamper evidence: its hash chain's last check and whether
+/// the application's database role could rewrite it.
+#[server(endpoint = "audit_integrity")]
+pub async fn audit_integrity() -> Result<LogIntegrity, AppError> {
+    use crate::{domain::Role, ssr};
+    ssr::auth::require(Role::Viewer)?;
+    let pool = &expect_context::<ssr::AppState>().pool;
+    let protection = ssr::data::audit_chain::log_protection(pool).await?;
+    Ok(LogIntegrity {
+        chain: ssr::data::audit_chain::status(pool).await?,
+        role: protection.role,
+        role_can_rewrite: protection.can_rewrite,
+    })
 }

@@ -13,7 +13,10 @@ mod tokens;
 mod vault_keys;
 
 pub use alerts::{list_alerts, open_alert_count, ListAlerts, OpenAlertCount};
-pub use audit::{get_audit_call, list_actions, list_audit, GetAuditCall, ListActions, ListAudit};
+pub use audit::{
+    audit_integrity, get_audit_call, list_actions, list_audit, AuditIntegrity, GetAuditCall,
+    ListActions, ListAudit,
+};
 pub use cap_increases::{
     get_cap_increase_form, list_approvals, pending_approval_count, GetCapIncreaseForm,
     ListApprovals, PendingApprovalCount,

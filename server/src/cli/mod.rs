@@ -1,5 +1,6 @@
 //! The `vaultcap` subcommands.
 
+pub mod audit;
 pub mod audit_rows;
 pub mod bench;
 pub mod demo;

@@ -42,7 +42,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     // Calls cut off by a process killed between reserve and settle are
     // recorded as outcome unknown once no live call can still own them: at
-    // start, then every minute (with the expiry alerts).
+    // start, then every minute (with the expiry alerts and the check of the
+    // audit log's hash chain).
     let timeout = std::time::Duration::from_secs(args.stripe.upstream_timeout_secs);
     sweep_abandoned(&db.pool).await?;
     let minutely = tokio::spawn({
@@ -56,6 +57,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 }
                 if let Err(err) = alerts::raise_expiring(&pool).await {
                     tracing::error!(error = %err, "raising expiry alerts");
+                }
+                if let Err(err) = crate::audit_chain::check_in_background(&pool).await {
+                    tracing::error!(error = %err, "checking the audit log's hash chain");
                 }
             }
         }

@@ -7,7 +7,11 @@ use axum::{
 };
 use http_body_util::BodyExt;
 use leptos::config::LeptosOptions;
-use sqlx::{postgres::PgPoolOptions, PgPool};
+use sqlx::{
+    postgres::{PgConnectOptions, PgPoolOptions},
+    Connection, PgConnection, PgPool,
+};
+use std::sync::OnceLock;
 use tower::ServiceExt;
 
 use std::time::Duration;
@@ -25,6 +29,53 @@ fn no_upstream() -> Upstream {
     Upstream::new("http://127.0.0.1:9", None, Duration::from_secs(1)).unwrap()
 }
 pub const REAL_STRIPE_KEY: &str = "sk_test_real";
+
+/// A pool on the test's database as the application runs: as
+/// `vaultcap_app`, which may only append to the logs. (The pool
+/// `#[sqlx::test]` hands a test is the owner's, which made the schema.)
+///
+/// The application gets a pool of its own, as `vaultcap serve` does, not the
+/// one `#[sqlx::test]` hands the test: that one borrows its connection
+/// permits from a pool every test in the binary shares, and a permit
+/// stranded there by one test (sqlx 0.8 hands permits back from tasks
+/// spawned on drop) starved later tests' page renders until they hit the
+/// 60-second request limit. Connections close when released, so none is
+/// open when the test ends and sqlx drops the test's database.
+pub fn app_pool(test_pool: &PgPool, connections: u32) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(Duration::from_secs(20))
+        .after_release(|_conn, _meta| Box::pin(async { Ok(false) }))
+        .connect_lazy_with(app_login(test_pool))
+}
+
+/// The test database as `vaultcap`, the private cluster's login role in
+/// `vaultcap_app` (a real login, not `SET ROLE`: the application ends its
+/// own backends, which only the same login may). Roles belong to the
+/// cluster, so it is made once per test run; the test server must let it in
+/// without a password (trust, as scripts/test's private cluster does).
+fn app_login(test_pool: &PgPool) -> PgConnectOptions {
+    static MADE: OnceLock<()> = OnceLock::new();
+    let owner = (*test_pool.connect_options()).clone();
+    MADE.get_or_init(|| {
+        let owner = owner.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let mut conn = PgConnection::connect_with(&owner).await.unwrap();
+                server::db::ensure_login_role(&mut conn, server::db::APP_LOGIN)
+                    .await
+                    .unwrap();
+            })
+        })
+        .join()
+        .unwrap();
+    });
+    owner.username(server::db::APP_LOGIN)
+}
 
 /// The application on a test database, driven without a socket.
 pub struct TestApp {
@@ -68,23 +119,8 @@ impl TestApp {
         key_policy: KeyPolicy,
         upstream: Upstream,
     ) -> Self {
-        // The application gets a pool of its own, as `vaultcap serve` does,
-        // not the one `#[sqlx::test]` hands the test: that one borrows its
-        // connection permits from a pool every test in the binary shares,
-        // and a permit stranded there by one test (sqlx 0.8 hands permits
-        // back from tasks spawned on drop) starved later tests' page renders
-        // until they hit the 60-second request limit. Connections close when
-        // released, so none is open when the test ends and sqlx drops the
-        // test's database.
-        let own_pool = |connections| {
-            PgPoolOptions::new()
-                .max_connections(connections)
-                .acquire_timeout(Duration::from_secs(20))
-                .after_release(|_conn, _meta| Box::pin(async { Ok(false) }))
-                .connect_lazy_with((*test_pool.connect_options()).clone())
-        };
-        let pool = own_pool(10);
-        let ledger_pool = own_pool(4);
+        let pool = app_pool(&test_pool, 10);
+        let ledger_pool = app_pool(&test_pool, 4);
         let state = AppState {
             leptos_options: LeptosOptions::builder().output_name("vaultcap").build(),
             pool: pool.clone(),

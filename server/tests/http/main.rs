@@ -25,4 +25,5 @@ mod proxy;
 mod reconciliation;
 mod schema;
 mod stripe_sync;
+mod tamper_evidence;
 mod unknown_outcomes;

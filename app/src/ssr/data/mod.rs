@@ -5,6 +5,7 @@ pub mod actions;
 pub mod alerts;
 pub mod api_tokens;
 pub mod audit;
+pub mod audit_chain;
 pub mod billing_records;
 pub mod call_stats;
 pub mod cap_increases;
