@@ -10,7 +10,8 @@ use crate::{
     pages::{
         ActionLogPage, AlertsPage, ApiTokensPage, ApprovalsPage, AuditCallPage, AuditLogPage,
         BulkResolvePage, CapIncreasePage, FindingPage, InvitePage, KeyPage, LoginPage, NewKeyPage,
-        NotFoundPage, OperatorsPage, OverviewPage, ReconciliationPage, VaultKeysPage,
+        NotFoundPage, OperatorsPage, OverviewPage, ReconciliationPage, TwoFactorPage,
+        VaultKeysPage,
     },
 };
 
@@ -68,6 +69,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/reconciliation/bulk") view=BulkResolvePage/>
                     <Route path=path!("/reconciliation/:id") view=FindingPage/>
                     <Route path=path!("/approvals") view=ApprovalsPage/>
+                    <Route path=path!("/account/two-factor") view=TwoFactorPage/>
                     <Route path=path!("/operators") view=OperatorsPage/>
                     <Route path=path!("/tokens") view=ApiTokensPage/>
                 </ParentRoute>

@@ -96,6 +96,9 @@ fn TopBar(me: Me) -> impl IntoView {
             <div class="whoami">
                 <span class="who" data-testid="signed-in-as">{me.email}</span>
                 <span class="role-badge">{me.role.as_str()}</span>
+                {me.role.allows(Role::Approver).then(|| view! {
+                    <a class="button button-quiet" href="/account/two-factor">"Two-factor sign-in"</a>
+                })}
                 <form method="post" action="/auth/logout">
                     <button type="submit" class="button button-quiet">"Sign out"</button>
                 </form>

@@ -18,6 +18,7 @@ mod key_request;
 mod money;
 mod period;
 mod role;
+mod two_factor;
 
 pub use action_query::{ActionEntry, ActionFilter, ActionPage, ActionQuery, ACTION_SOURCES};
 pub use alert::{Alert, AlertState, AlertsView};
@@ -51,6 +52,7 @@ pub use key_request::KeyRequest;
 pub use money::{group_thousands, Cents, Currency, MAX_CENTS};
 pub use period::BillingPeriod;
 pub use role::Role;
+pub use two_factor::{Enrollment, TwoFactorView};
 
 use serde::{Deserialize, Serialize};
 

@@ -30,9 +30,16 @@ pub fn LoginPage() -> impl IntoView {
         "disabled" => "This account is disabled. Ask an administrator to enable it.".to_string(),
         "expired" => "Your session expired. Sign in again.".to_string(),
         "form" => "Enter your email and password.".to_string(),
+        "code" => "That code is not right. Enter the 6 digits your authenticator shows now, or a recovery code.".to_string(),
+        "code_used" => "That code was already used. Wait for the next one your authenticator shows.".to_string(),
+        "code_missing" => "Enter the code from your authenticator, or a recovery code.".to_string(),
+        "code_expired" => "Sign in again: the code must follow the password within 5 minutes.".to_string(),
         _ => "Sign-in failed. Try again.".to_string(),
     });
     let signed_out = param("signed_out").is_some();
+    if param("step").as_deref() == Some("code") {
+        return view! { <CodeStep next error/> }.into_any();
+    }
     let invited = param("invited").is_some();
 
     view! {
@@ -62,6 +69,31 @@ pub fn LoginPage() -> impl IntoView {
                 <label for="password">"Password"</label>
                 <input id="password" name="password" type="password" autocomplete="current-password" required/>
                 <button type="submit" class="button button-primary">"Sign in"</button>
+            </form>
+        </main>
+    }
+    .into_any()
+}
+
+/// The second step for an operator with two-factor sign-in: the code.
+#[component]
+fn CodeStep(next: String, error: Option<String>) -> impl IntoView {
+    view! {
+        <Title text="Sign in: code"/>
+        <main class="login">
+            <form class="login-card" method="post" action="/auth/login/code">
+                <h1 class="brand">"Vaultcap"</h1>
+                <p class="hint">"Your password was right. One more step."</p>
+                {error.map(|message| view! {
+                    <div class="notice notice-error" role="alert"><p>{message}</p></div>
+                })}
+                <input type="hidden" name="next" value=next/>
+                <label for="code">"Authentication code"</label>
+                <input id="code" name="code" type="text" inputmode="numeric" autocomplete="one-time-code"
+                    maxlength="20" required autofocus aria-describedby="code-hint"/>
+                <p class="hint" id="code-hint">"The 6 digits your authenticator app shows, or one of your recovery codes."</p>
+                <button type="submit" class="button button-primary">"Sign in"</button>
+                <p class="hint"><a href="/login">"Start over with another account"</a></p>
             </form>
         </main>
     }

@@ -17,6 +17,7 @@ mod not_found;
 mod operators;
 mod overview;
 mod reconciliation;
+mod two_factor;
 mod vault_keys;
 
 pub use action_log::ActionLogPage;
@@ -36,4 +37,5 @@ pub use not_found::NotFoundPage;
 pub use operators::OperatorsPage;
 pub use overview::OverviewPage;
 pub use reconciliation::ReconciliationPage;
+pub use two_factor::TwoFactorPage;
 pub use vault_keys::VaultKeysPage;

@@ -10,6 +10,7 @@ mod operators;
 mod overview;
 mod reconciliation;
 mod tokens;
+mod two_factor;
 mod vault_keys;
 
 pub use alerts::{list_alerts, open_alert_count, ListAlerts, OpenAlertCount};
@@ -28,6 +29,7 @@ pub use reconciliation::{
     get_finding, get_reconciliation, preview_bulk, GetFinding, GetReconciliation, PreviewBulk,
 };
 pub use tokens::{list_api_tokens, ListApiTokens};
+pub use two_factor::{get_two_factor, GetTwoFactor};
 pub use vault_keys::{
     get_vault_key, list_vault_keys, new_key_form, GetVaultKey, ListVaultKeys, NewKeyForm,
 };

@@ -15,7 +15,7 @@ use super::{
         login_failures::{self, Attempt},
         operators::{self, InsertError, OperatorRow},
     },
-    secrets, AuthConfig,
+    second_factor, secrets, AuthConfig,
 };
 use crate::{
     domain::{Email, Role},
@@ -32,6 +32,8 @@ pub enum SignInError {
     Throttled { retry_after: Duration },
     #[error("This account is disabled. Ask an administrator to enable it.")]
     Disabled,
+    #[error("{0}")]
+    Code(second_factor::CodeRefused),
     #[error("Vaultcap is busy checking other sign-ins. Try again in a few seconds.")]
     Busy,
     #[error("Something went wrong on our side; it has been logged. Try again in a moment.")]
@@ -55,7 +57,7 @@ pub async fn sign_in(
     raw_email: &str,
     password: String,
     ip: Option<IpAddr>,
-) -> Result<OperatorRow, SignInError> {
+) -> Result<PasswordChecked, SignInError> {
     // Count failures against the normalised address when there is one, so
     // "Ana@x.com" and "ana@x.com" share a budget.
     let email = Email::parse(raw_email);
@@ -99,7 +101,80 @@ pub async fn sign_in(
         return Err(SignInError::Disabled);
     }
     login_failures::forget(pool, attempt).await?;
-    login_failures::clear(pool, &throttle_key, config.throttle.window).await?;
+    if second_factor::required_for(&operator) {
+        // The password was right; the failures stay counted until the code is.
+        return Ok(PasswordChecked::NeedsCode(operator));
+    }
+    signed_in(pool, config, &throttle_key, &operator, ip, None).await?;
+    Ok(PasswordChecked::SignedIn(operator))
+}
+
+/// What a right password leads to.
+#[derive(Debug, Clone)]
+pub enum PasswordChecked {
+    SignedIn(OperatorRow),
+    /// The operator has a second factor: sign-in asks for a code next.
+    NeedsCode(OperatorRow),
+}
+
+/// The second step of signing in, for an operator whose password was right:
+/// a code from their authenticator or a recovery code. A wrong code counts
+/// as a failed sign-in, under the same throttle as passwords.
+pub async fn sign_in_with_code(
+    pool: &PgPool,
+    config: &AuthConfig,
+    operator_id: i64,
+    code: &str,
+    ip: Option<IpAddr>,
+) -> Result<OperatorRow, SignInError> {
+    let operator = operators::find_by_id(pool, operator_id)
+        .await?
+        .ok_or(SignInError::Invalid)?;
+    let attempt = match login_failures::claim(pool, &operator.email, ip, config.throttle).await? {
+        Attempt::Claimed { id } => id,
+        Attempt::Refused { retry_after } => return Err(SignInError::Throttled { retry_after }),
+    };
+    if operator.disabled_at.is_some() {
+        return Err(SignInError::Disabled);
+    }
+    let checked = second_factor::check(pool, operator.id, &operator.email, code)
+        .await
+        .map_err(|_| SignInError::Internal)?;
+    match checked {
+        Ok(factor) => {
+            login_failures::forget(pool, attempt).await?;
+            signed_in(pool, config, &operator.email, &operator, ip, Some(factor)).await?;
+            Ok(operator)
+        }
+        Err(refused) => {
+            actions::record(
+                pool,
+                Actor::Visitor { ip },
+                "sign_in_failed",
+                "operator",
+                Some(operator.id.to_string()),
+                json!({ "email": operator.email, "reason": refused.to_string() }),
+            )
+            .await?;
+            Err(SignInError::Code(refused))
+        }
+    }
+}
+
+/// Forgets the account's failures and records the sign-in.
+async fn signed_in(
+    pool: &PgPool,
+    config: &AuthConfig,
+    throttle_key: &str,
+    operator: &OperatorRow,
+    ip: Option<IpAddr>,
+    factor: Option<second_factor::Factor>,
+) -> Result<(), sqlx::Error> {
+    login_failures::clear(pool, throttle_key, config.throttle.window).await?;
+    let details = match factor {
+        Some(factor) => json!({ "second_factor": factor.as_str() }),
+        None => json!({}),
+    };
     actions::record(
         pool,
         Actor::Operator {
@@ -109,10 +184,9 @@ pub async fn sign_in(
         "sign_in",
         "operator",
         Some(operator.id.to_string()),
-        json!({}),
+        details,
     )
-    .await?;
-    Ok(operator)
+    .await
 }
 
 /// A new operator. Without a password one is generated and returned, to be

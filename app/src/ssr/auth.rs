@@ -142,11 +142,50 @@ pub fn check_password_strength(password: &str) -> Result<(), AppError> {
 const OPERATOR_ID: &str = "operator_id";
 const SIGNED_IN_AT: &str = "signed_in_at";
 const LAST_SEEN_AT: &str = "last_seen_at";
+const PENDING_OPERATOR_ID: &str = "pending_operator_id";
+const PENDING_SINCE: &str = "pending_since";
+/// How long after the password the code may come.
+const PENDING_MINUTES: i64 = 5;
+
+/// Remembers, between the password and the code, whose password was right.
+/// The session is not signed in: every page still sends it to sign-in.
+pub async fn begin_second_factor(session: &Session, operator_id: i64) -> Result<(), AppError> {
+    session.cycle_id().await.map_err(session_error)?;
+    session
+        .insert(PENDING_OPERATOR_ID, operator_id)
+        .await
+        .map_err(session_error)?;
+    session
+        .insert(PENDING_SINCE, Utc::now())
+        .await
+        .map_err(session_error)
+}
+
+/// The operator whose password was right in this session within the last
+/// five minutes, waiting for their code.
+pub async fn pending_second_factor(session: &Session) -> Result<Option<i64>, AppError> {
+    let operator: Option<i64> = session
+        .get(PENDING_OPERATOR_ID)
+        .await
+        .map_err(session_error)?;
+    let since: Option<DateTime<Utc>> = session.get(PENDING_SINCE).await.map_err(session_error)?;
+    Ok(match (operator, since) {
+        (Some(id), Some(since))
+            if Utc::now() - since < chrono::Duration::minutes(PENDING_MINUTES) =>
+        {
+            Some(id)
+        }
+        _ => None,
+    })
+}
 
 /// Starts a signed-in session: a new session id (so an id planted before
 /// sign-in is worthless afterwards) and the times the timeouts count from.
 pub async fn begin_session(session: &Session, operator_id: i64) -> Result<(), AppError> {
     session.cycle_id().await.map_err(session_error)?;
+    for pending in [PENDING_OPERATOR_ID, PENDING_SINCE] {
+        session.remove_value(pending).await.map_err(session_error)?;
+    }
     let now = Utc::now();
     session
         .insert(OPERATOR_ID, operator_id)

@@ -9,6 +9,7 @@ pub mod data;
 pub mod flash;
 pub mod key_requests;
 pub mod reconciliation;
+pub mod second_factor;
 pub mod secrets;
 mod state;
 pub mod tokens;

@@ -15,8 +15,12 @@ use super::{client_ip::ClientIp, error::HttpError, forms::redirect_with};
 use app::{
     domain::{is_local_path, Notice},
     ssr::{
-        accounts::{self, SignInError},
-        auth::{begin_session, end_session, resolve_session, SessionState},
+        accounts::{self, PasswordChecked, SignInError},
+        auth::{
+            begin_second_factor, begin_session, end_session, pending_second_factor,
+            resolve_session, SessionState,
+        },
+        second_factor::CodeRefused,
         AppState,
     },
 };
@@ -55,21 +59,38 @@ pub async fn login(
     )
     .await;
     match signed_in {
-        Ok(operator) => {
-            if let Err(err) = begin_session(&session, operator.id).await {
+        Ok(PasswordChecked::SignedIn(operator)) => {
+            signed_in_to(&session, operator.id, &form.next).await
+        }
+        Ok(PasswordChecked::NeedsCode(operator)) => {
+            if let Err(err) = begin_second_factor(&session, operator.id).await {
                 return HttpError::from(err).into_response();
             }
-            let next = if is_local_path(&form.next) && form.next != "/login" {
-                form.next.as_str()
-            } else {
-                "/"
-            };
-            Redirect::to(next).into_response()
+            Redirect::to(&code_url(None, &form.next)).into_response()
         }
-        Err(SignInError::Internal) => {
-            HttpError::from(app::error::AppError::Internal).into_response()
-        }
-        Err(SignInError::Busy) => (
+        Err(err) => refused(err, &form.next, login_url),
+    }
+}
+
+/// A signed-in session, then on to `next` when it is a page of ours.
+async fn signed_in_to(session: &Session, operator_id: i64, next: &str) -> Response {
+    if let Err(err) = begin_session(session, operator_id).await {
+        return HttpError::from(err).into_response();
+    }
+    let next = if is_local_path(next) && next != "/login" {
+        next
+    } else {
+        "/"
+    };
+    Redirect::to(next).into_response()
+}
+
+/// A refused sign-in: back to the form it came from (`url` makes the
+/// address for an error code), or an error page when nothing can be done.
+fn refused(err: SignInError, next: &str, url: fn(&str, &str) -> String) -> Response {
+    match err {
+        SignInError::Internal => HttpError::from(app::error::AppError::Internal).into_response(),
+        SignInError::Busy => (
             [(header::RETRY_AFTER, "5")],
             HttpError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -77,7 +98,7 @@ pub async fn login(
             ),
         )
             .into_response(),
-        Err(err) => {
+        err => {
             let code = match err {
                 SignInError::Throttled { retry_after } => {
                     // Whole seconds, rounded up: never "try again in 0".
@@ -85,11 +106,60 @@ pub async fn login(
                     format!("throttled&wait={}", seconds.max(1))
                 }
                 SignInError::Disabled => "disabled".into(),
+                SignInError::Code(CodeRefused::Replayed) => "code_used".into(),
+                SignInError::Code(CodeRefused::Wrong) => "code".into(),
                 _ => "invalid".into(),
             };
-            Redirect::to(&login_url(&code, &form.next)).into_response()
+            Redirect::to(&url(&code, next)).into_response()
         }
     }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CodeForm {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// The second step of signing in: the code, for the operator whose password
+/// this session just proved.
+pub async fn login_code(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    session: Session,
+    form: Result<Form<CodeForm>, FormRejection>,
+) -> Response {
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let operator_id = match pending_second_factor(&session).await {
+        Ok(Some(id)) => id,
+        Ok(None) => return Redirect::to(&login_url("code_expired", &form.next)).into_response(),
+        Err(err) => return HttpError::from(err).into_response(),
+    };
+    if form.code.trim().is_empty() {
+        return Redirect::to(&code_url(Some("code_missing"), &form.next)).into_response();
+    }
+    match accounts::sign_in_with_code(&state.pool, &state.auth, operator_id, &form.code, ip).await {
+        Ok(operator) => signed_in_to(&session, operator.id, &form.next).await,
+        Err(err) => refused(err, &form.next, |code, next| code_url(Some(code), next)),
+    }
+}
+
+fn code_url(error: Option<&str>, next: &str) -> String {
+    let mut url = String::from("/login?step=code");
+    if let Some(error) = error {
+        url.push_str("&error=");
+        url.push_str(error);
+    }
+    if is_local_path(next) {
+        url.push_str("&next=");
+        url.push_str(&urlencode(next));
+    }
+    url
 }
 
 fn login_url(error: &str, next: &str) -> String {

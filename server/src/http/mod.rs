@@ -15,6 +15,7 @@ mod guard;
 mod operators;
 mod reconciliation;
 mod security;
+mod two_factor;
 mod vault_keys;
 
 use axum::{
@@ -123,6 +124,7 @@ pub fn console_routes(state: AppState) -> ConsoleRoutes {
         .open(POST, "/auth/login", auth::login)
         .open(POST, "/auth/logout", auth::logout)
         .open(POST, "/auth/invite", auth::accept_invitation)
+        .open(POST, "/auth/login/code", auth::login_code)
         .route(Method::GET, "/audit.csv", Viewer, audit_export::console)
         .route(
             Method::GET,
@@ -192,6 +194,24 @@ pub fn console_routes(state: AppState) -> ConsoleRoutes {
             "/operators/{id}/disabled",
             Admin,
             operators::set_disabled,
+        )
+        .route(
+            POST,
+            "/account/two-factor/setup",
+            Approver,
+            two_factor::set_up,
+        )
+        .route(
+            POST,
+            "/account/two-factor/confirm",
+            Approver,
+            two_factor::confirm,
+        )
+        .route(
+            POST,
+            "/account/two-factor/disable",
+            Approver,
+            two_factor::turn_off,
         )
         .route(POST, "/tokens", Admin, api_tokens::create)
         .route(POST, "/tokens/{id}/revoke", Admin, api_tokens::revoke)

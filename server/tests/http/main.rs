@@ -26,4 +26,5 @@ mod reconciliation;
 mod schema;
 mod stripe_sync;
 mod tamper_evidence;
+mod two_factor;
 mod unknown_outcomes;

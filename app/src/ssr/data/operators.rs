@@ -12,6 +12,8 @@ pub struct OperatorRow {
     pub password_hash: String,
     pub disabled_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// When the second factor was turned on: sign-in then asks for a code.
+    pub totp_enabled_at: Option<DateTime<Utc>>,
 }
 
 impl OperatorRow {
@@ -42,7 +44,7 @@ pub enum InsertError {
     Database(#[from] sqlx::Error),
 }
 
-const COLUMNS: &str = "id, email, role, password_hash, disabled_at, created_at";
+const COLUMNS: &str = "id, email, role, password_hash, disabled_at, created_at, totp_enabled_at";
 
 pub async fn insert(
     db: impl PgExecutor<'_>,
