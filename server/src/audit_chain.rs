@@ -157,8 +157,8 @@ pub struct Report {
     pub rows: u64,
     /// The earliest day that does not hold.
     pub broken: Option<DayCheck>,
-    /// The newest verified row: its day, place and when it was written.
-    pub verified_through: Option<(NaiveDate, i64, DateTime<Utc>)>,
+    /// The newest day's last verified row: its day and place.
+    pub verified_through: Option<(NaiveDate, i64)>,
 }
 
 /// Checks every day between `from` and `to` (inclusive, UTC days of
@@ -250,13 +250,12 @@ async fn check_days(pool: &PgPool, starts: Vec<Start>) -> anyhow::Result<Report>
         report.rows += rows;
         if check.problem.is_some() {
             report.broken.get_or_insert(check);
-        } else if let Some(at) = check.verified_at {
-            if report
+        } else if check.verified_seq > 0
+            && report
                 .verified_through
-                .is_none_or(|(day, _, _)| day <= check.day)
-            {
-                report.verified_through = Some((check.day, check.verified_seq, at));
-            }
+                .is_none_or(|(day, _)| day <= check.day)
+        {
+            report.verified_through = Some((check.day, check.verified_seq));
         }
     }
     Ok(report)

@@ -199,7 +199,7 @@ async fn audit_verify_names_the_row_a_superuser_changed() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("Chain verified up to row #20 of"),
+        stdout.contains("Chain verified up to row #20 of those written on"),
         "{stdout}"
     );
 

@@ -217,8 +217,7 @@ fn Integrity(integrity: LogIntegrity) -> impl IntoView {
                 "Hash chain not checked yet: Vaultcap checks it within a minute of new calls."
             </p>
         }.into_any()),
-        ChainStatus::Verified { through, checked_at, rows: verified, unchecked_rows } => {
-            let through = through.map(utc).unwrap_or_else(|| "the first row".into());
+        ChainStatus::Verified { checked_at, rows: verified, unchecked_rows } => {
             let pending = (unchecked_rows > 0).then(|| {
                 format!(" {} written since are checked within a minute.", rows(unchecked_rows))
             });
@@ -226,9 +225,9 @@ fn Integrity(integrity: LogIntegrity) -> impl IntoView {
                 <p class="chain-status chain-verified" data-testid="chain-status">
                     <span aria-hidden="true">"✓ "</span>
                     {format!(
-                        "Hash chain verified up to {through} ({}; checked {}).",
-                        rows(verified),
+                        "Hash chain verified up to {}: {} hold.",
                         utc(checked_at),
+                        rows(verified),
                     )}
                     {pending}
                 </p>

@@ -85,7 +85,7 @@ fn Confirm(enrollment: Enrollment) -> impl IntoView {
                     autocomplete="one-time-code" maxlength="6" required/>
                 <button type="submit" class="button button-primary">"Turn on two-factor sign-in"</button>
             </form>
-            <form method="post" action="/account/two-factor/setup">
+            <form method="post" action="/account/two-factor/setup" class="start-over">
                 <button type="submit" class="button button-quiet">"Start over with a new secret"</button>
             </form>
         </section>

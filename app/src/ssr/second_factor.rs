@@ -18,6 +18,7 @@ use totp_rs::{Algorithm, TOTP};
 
 use super::data::{
     actions::{self, Actor},
+    login_failures::{self, Attempt, Limits},
     operators::OperatorRow,
 };
 use crate::{
@@ -250,12 +251,24 @@ async fn replace_recovery_codes(
 /// code), so a session left open is not enough.
 pub async fn disable(
     pool: &PgPool,
+    throttle: Limits,
     me: &Me,
     code: &str,
     ip: Option<std::net::IpAddr>,
 ) -> Result<(), AppError> {
+    // Guessing here is throttled as at sign-in: an open session must not
+    // be a way to try a million codes.
+    let attempt = match login_failures::claim(pool, &me.email, ip, throttle).await? {
+        Attempt::Claimed { id } => id,
+        Attempt::Refused { retry_after } => {
+            return Err(AppError::Invalid(format!(
+                "too many wrong codes; try again in {} seconds",
+                retry_after.num_seconds().max(1)
+            )))
+        }
+    };
     match check(pool, me.id, &me.email, code).await? {
-        Ok(_) => {}
+        Ok(_) => login_failures::forget(pool, attempt).await?,
         Err(refusal) => return Err(AppError::Invalid(refusal.to_string())),
     }
     let mut tx = pool.begin().await?;

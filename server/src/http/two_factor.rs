@@ -59,7 +59,7 @@ pub async fn confirm(
              authenticator. These recovery codes each sign you in once if you lose it. \
              Keep them somewhere safe: they are shown only now.",
         )
-        .with_secret(codes.join("  ")))
+        .with_secret(codes.join("\n")))
     }
     .await;
     PAGE.back_with(&session, outcome).await
@@ -74,7 +74,7 @@ pub async fn turn_off(
 ) -> Response {
     let outcome = async {
         let form = readable(form)?;
-        second_factor::disable(&state.pool, &me, &form.code, ip).await?;
+        second_factor::disable(&state.pool, state.auth.throttle, &me, &form.code, ip).await?;
         Ok(Notice::success(
             "Two-factor sign-in is off: sign-in asks for your password only.",
         ))

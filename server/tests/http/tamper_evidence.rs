@@ -269,7 +269,7 @@ async fn the_audit_page_says_how_far_the_chain_is_verified_and_when_it_broke(own
     audit_rows(&app.pool, 2).await;
     let page = app.get("/audit", Some(&viewer)).await.body;
     assert!(page.contains("Hash chain verified up to"), "{page}");
-    assert!(page.contains("(3 rows; checked"), "{page}");
+    assert!(page.contains("UTC: 3 rows hold."), "{page}");
     assert!(
         page.contains("2 rows written since are checked within a minute."),
         "{page}"

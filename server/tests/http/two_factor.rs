@@ -52,6 +52,21 @@ async fn password_step(app: &TestApp) -> String {
     cookie
 }
 
+/// The approver, signed in, with two-factor sign-in set up and confirmed.
+async fn with_two_factor(app: &TestApp) -> String {
+    let approver = app.signed_in(EMAIL, Role::Approver).await;
+    app.post_form("/account/two-factor/setup", "", Some(&approver))
+        .await;
+    let first = code(&app.pool, "totp_pending_secret", 0).await;
+    app.post_form(
+        "/account/two-factor/confirm",
+        &format!("code={first}"),
+        Some(&approver),
+    )
+    .await;
+    approver
+}
+
 async fn code_step(app: &TestApp, cookie: &str, code: &str) -> crate::helpers::TestResponse {
     app.post_form(
         "/auth/login/code",
@@ -161,16 +176,7 @@ async fn with_two_factor_on_sign_in_takes_a_code_once_and_each_recovery_code_onc
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn wrong_codes_are_throttled_like_wrong_passwords(pool: PgPool) {
     let app = TestApp::new(pool.clone());
-    let approver = app.signed_in(EMAIL, Role::Approver).await;
-    app.post_form("/account/two-factor/setup", "", Some(&approver))
-        .await;
-    let first = code(&pool, "totp_pending_secret", 0).await;
-    app.post_form(
-        "/account/two-factor/confirm",
-        &format!("code={first}"),
-        Some(&approver),
-    )
-    .await;
+    with_two_factor(&app).await;
 
     let cookie = password_step(&app).await;
     let mut outcomes = Vec::new();
@@ -198,16 +204,7 @@ async fn wrong_codes_are_throttled_like_wrong_passwords(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn turning_two_factor_off_takes_a_current_code(pool: PgPool) {
     let app = TestApp::new(pool.clone());
-    let approver = app.signed_in(EMAIL, Role::Approver).await;
-    app.post_form("/account/two-factor/setup", "", Some(&approver))
-        .await;
-    let first = code(&pool, "totp_pending_secret", 0).await;
-    app.post_form(
-        "/account/two-factor/confirm",
-        &format!("code={first}"),
-        Some(&approver),
-    )
-    .await;
+    let approver = with_two_factor(&app).await;
 
     app.post_form(
         "/account/two-factor/disable",

@@ -101,7 +101,6 @@ pub async fn status(db: impl PgExecutor<'_> + Copy) -> sqlx::Result<ChainStatus>
     };
     let rows = checked_rows.unwrap_or(0);
     Ok(ChainStatus::Verified {
-        through: checks.iter().filter_map(|c| c.verified_at).max(),
         checked_at: newest.checked_at,
         rows,
         unchecked_rows: (written - rows).max(0),
