@@ -63,6 +63,11 @@ fn Frame(me: Me, notice: Option<Notice>, counts: NavCounts) -> impl IntoView {
     view! {
         <a class="skip-link" href="#main">"Skip to content"</a>
         <div class="frame">
+            // On a narrow screen the navigation folds away behind the
+            // top bar's Menu: a checkbox and its label, so it opens with
+            // JavaScript off too.
+            <input type="checkbox" id="nav-toggle" class="nav-toggle" aria-controls="main-nav"
+                aria-label="Show the navigation"/>
             <TopBar me/>
             <MainNav is_admin counts/>
             <main class="content" id="main">
@@ -92,6 +97,7 @@ fn PageNotice(notice: Notice) -> impl IntoView {
 fn TopBar(me: Me) -> impl IntoView {
     view! {
         <header class="topbar">
+            <label for="nav-toggle" class="nav-toggle-button" aria-hidden="true">"Menu"</label>
             <a class="brand" href="/">"Vaultcap"</a>
             <div class="whoami">
                 <span class="who" data-testid="signed-in-as">{me.email}</span>
@@ -118,7 +124,7 @@ fn MainNav(is_admin: bool, counts: NavCounts) -> impl IntoView {
         })
     };
     view! {
-        <nav class="sidenav" aria-label="Main">
+        <nav class="sidenav" id="main-nav" aria-label="Main">
             <ul>
                 <li><A href="/" exact=true>"Overview"</A></li>
                 <li><A href="/keys">"Vault keys"</A></li>

@@ -116,28 +116,30 @@ fn ActionTable(page: ActionPage, query: ActionQuery) -> impl IntoView {
         .into_any();
     }
     view! {
-        <table class="data actions">
-            <thead>
-                <tr>
-                    <th scope="col">"Time (UTC)"</th>
-                    <th scope="col">"Who"</th>
-                    <th scope="col">"Action"</th>
-                    <th scope="col">"Subject"</th>
-                    <th scope="col">"Details"</th>
-                </tr>
-            </thead>
-            <tbody>
-                {page.actions.into_iter().map(|a| view! {
-                    <tr data-action=a.id>
-                        <td class="nowrap">{utc(a.at)}</td>
-                        <td>{a.who.clone()} <div class="hint">{format!("{}{}", a.via, a.ip.clone().map(|ip| format!(" · {ip}")).unwrap_or_default())}</div></td>
-                        <td class="nowrap">{a.action.replace('_', " ")}</td>
-                        <td class="nowrap"><code>{a.subject.clone()}</code></td>
-                        <td><code class="details">{a.details.clone()}</code></td>
+        <div class="table-scroll">
+            <table class="data actions">
+                <thead>
+                    <tr>
+                        <th scope="col">"Time (UTC)"</th>
+                        <th scope="col">"Who"</th>
+                        <th scope="col">"Action"</th>
+                        <th scope="col">"Subject"</th>
+                        <th scope="col">"Details"</th>
                     </tr>
-                }).collect_view()}
-            </tbody>
-        </table>
+                </thead>
+                <tbody>
+                    {page.actions.into_iter().map(|a| view! {
+                        <tr data-action=a.id>
+                            <td class="nowrap">{utc(a.at)}</td>
+                            <td>{a.who.clone()} <div class="hint">{format!("{}{}", a.via, a.ip.clone().map(|ip| format!(" · {ip}")).unwrap_or_default())}</div></td>
+                            <td class="nowrap">{a.action.replace('_', " ")}</td>
+                            <td class="nowrap"><code>{a.subject.clone()}</code></td>
+                            <td><code class="details">{a.details.clone()}</code></td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
         {pager}
     }
     .into_any()

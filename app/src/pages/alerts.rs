@@ -65,24 +65,26 @@ fn AlertTable(data: AlertsView, shown: String, can_act: bool) -> impl IntoView {
     }
     let assignees = data.assignees;
     view! {
-        <table class="data alerts">
-            <thead>
-                <tr>
-                    <th scope="col">"Raised (UTC)"</th>
-                    <th scope="col">"Key"</th>
-                    <th scope="col">"Alert"</th>
-                    <th scope="col">"State"</th>
-                    <th scope="col">"Notified"</th>
-                    {can_act.then(|| view! { <th scope="col">"Actions"</th> })}
-                </tr>
-            </thead>
-            <tbody>
-                {data.alerts.into_iter().map(|alert| {
-                    let assignees = assignees.clone();
-                    view! { <AlertRow alert assignees can_act/> }
-                }).collect_view()}
-            </tbody>
-        </table>
+        <div class="table-scroll">
+            <table class="data alerts">
+                <thead>
+                    <tr>
+                        <th scope="col">"Raised (UTC)"</th>
+                        <th scope="col">"Key"</th>
+                        <th scope="col">"Alert"</th>
+                        <th scope="col">"State"</th>
+                        <th scope="col">"Notified"</th>
+                        {can_act.then(|| view! { <th scope="col">"Actions"</th> })}
+                    </tr>
+                </thead>
+                <tbody>
+                    {data.alerts.into_iter().map(|alert| {
+                        let assignees = assignees.clone();
+                        view! { <AlertRow alert assignees can_act/> }
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
     }
     .into_any()
 }

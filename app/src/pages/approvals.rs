@@ -63,7 +63,7 @@ fn KeyRequestTable(requests: Vec<KeyRequest>, me: Option<Me>) -> impl IntoView {
         <section aria-labelledby="key-requests">
             <h2 id="key-requests">"New keys beyond policy"</h2>
             <div class="table-scroll">
-                <table class="data approvals">
+                <table class="data approvals stack">
                     <thead>
                         <tr>
                             <th scope="col">"Requested (UTC)"</th>
@@ -110,15 +110,15 @@ fn KeyRequestRow(request: KeyRequest, can_decide: bool, own: bool) -> impl IntoV
     };
     view! {
         <tr data-key-request=id>
-            <td>
+            <td data-label="Requested (UTC)">
                 <span class="nowrap">{utc(request.requested_at)}</span>
                 <div class="hint">{format!("#{id} · by {}", request.requested_by)}</div>
             </td>
-            <td>
+            <td data-label="Key">
                 {request.label.clone()}
                 <div class="hint">{format!("{} · key {}…", request.billing_period, request.secret_prefix)}</div>
             </td>
-            <td class="num">
+            <td class="num" data-label="Cap asked for">
                 <strong><Amount cents=request.cap() currency=currency.clone()/></strong>
                 <div class="hint">{format!(
                     "expected {} · policy allows {}",
@@ -126,8 +126,8 @@ fn KeyRequestRow(request: KeyRequest, can_decide: bool, own: bool) -> impl IntoV
                     request.policy_cap().format(&currency)
                 )}</div>
             </td>
-            <td class="reason">{request.over_policy.clone()}</td>
-            <td>{decision}</td>
+            <td class="reason" data-label="Beyond policy because">{request.over_policy.clone()}</td>
+            <td data-label="Decision">{decision}</td>
         </tr>
     }
     .into_any()
@@ -149,23 +149,25 @@ fn RequestTable(data: ApprovalsView, shown: String, me: Option<Me>) -> impl Into
     let can_decide = me.as_ref().is_some_and(|me| me.role.allows(Role::Approver));
     let me_id = me.map(|me| me.id);
     view! {
-        <table class="data approvals">
-            <thead>
-                <tr>
-                    <th scope="col">"Requested (UTC)"</th>
-                    <th scope="col">"Key"</th>
-                    <th scope="col" class="num">"Requested cap"</th>
-                    <th scope="col">"Reason"</th>
-                    <th scope="col">{if pending { "Decision" } else { "Outcome" }}</th>
-                </tr>
-            </thead>
-            <tbody>
-                {data.requests.into_iter().map(|request| {
-                    let own = me_id.is_some() && request.requested_by_id == me_id;
-                    view! { <RequestRow request can_decide own/> }
-                }).collect_view()}
-            </tbody>
-        </table>
+        <div class="table-scroll">
+            <table class="data approvals stack">
+                <thead>
+                    <tr>
+                        <th scope="col">"Requested (UTC)"</th>
+                        <th scope="col">"Key"</th>
+                        <th scope="col" class="num">"Requested cap"</th>
+                        <th scope="col">"Reason"</th>
+                        <th scope="col">{if pending { "Decision" } else { "Outcome" }}</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {data.requests.into_iter().map(|request| {
+                        let own = me_id.is_some() && request.requested_by_id == me_id;
+                        view! { <RequestRow request can_decide own/> }
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
     }
     .into_any()
 }
@@ -179,16 +181,16 @@ fn RequestRow(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVie
     let util_class = if pct >= 90 { "util-high" } else { "" };
     view! {
         <tr data-request=id>
-            <td>
+            <td data-label="Requested (UTC)">
                 <span class="nowrap">{utc(request.requested_at)}</span>
                 <div class="hint">{format!("#{id} · {} ago", request.age())}</div>
                 <div class="hint">{format!("by {} {}", request.requested_by, request.origin_label())}</div>
             </td>
-            <td class="nowrap">
+            <td class="nowrap" data-label="Key">
                 <a href=format!("/keys/{}", request.vault_key_id)>{request.key_label.clone()}</a>
                 <div class=format!("hint {util_class}")>{format!("{pct} % of cap used now")}</div>
             </td>
-            <td class="num">
+            <td class="num" data-label="Requested cap">
                 <strong><Amount cents=Cents(request.to_cap_cents) currency=currency.clone()/></strong>
                 <div class="hint">{format!(
                     "from {} · +{}",
@@ -197,8 +199,8 @@ fn RequestRow(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVie
                 )}</div>
                 <div class="hint">{request.apply_as().label()}</div>
             </td>
-            <td class="reason">{request.reason.clone()}</td>
-            <td>
+            <td class="reason" data-label="Reason">{request.reason.clone()}</td>
+            <td data-label=if matches!(state, RequestState::Pending) { "Decision" } else { "Outcome" }>
                 {match state {
                     RequestState::Pending => view! {
                         <PendingCell request=request.clone() can_decide own/>

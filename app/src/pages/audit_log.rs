@@ -159,23 +159,25 @@ fn AuditResults(page: AuditPage, query: AuditQuery) -> impl IntoView {
             <p class="result-count">{format!("{} calls on this page, newest first", page.calls.len())}</p>
             <a class="button button-quiet" href=export download>"Export CSV"</a>
         </div>
-        <table class="data audit">
-            <thead>
-                <tr>
-                    <th scope="col">"Time (UTC)"</th>
-                    <th scope="col">"Key"</th>
-                    <th scope="col">"Call"</th>
-                    <th scope="col">"Customer"</th>
-                    <th scope="col" class="num">"Amount"</th>
-                    <th scope="col">"Decision"</th>
-                    <th scope="col" class="num">"Stripe"</th>
-                    <th scope="col">"Idempotency key"</th>
-                </tr>
-            </thead>
-            <tbody>
-                {page.calls.into_iter().map(|call| view! { <CallRow call/> }).collect_view()}
-            </tbody>
-        </table>
+        <div class="table-scroll">
+            <table class="data audit">
+                <thead>
+                    <tr>
+                        <th scope="col">"Time (UTC)"</th>
+                        <th scope="col">"Key"</th>
+                        <th scope="col">"Call"</th>
+                        <th scope="col">"Customer"</th>
+                        <th scope="col" class="num">"Amount"</th>
+                        <th scope="col">"Decision"</th>
+                        <th scope="col" class="num">"Stripe"</th>
+                        <th scope="col">"Idempotency key"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {page.calls.into_iter().map(|call| view! { <CallRow call/> }).collect_view()}
+                </tbody>
+            </table>
+        </div>
         {pager}
     }
     .into_any()

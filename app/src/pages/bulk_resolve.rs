@@ -139,24 +139,26 @@ fn Preview(preview: BulkPreview) -> impl IntoView {
                         </div>
                     </form>
                 </section>
-                <table class="data">
-                    <thead><tr>
-                        <th scope="col">"Finding"</th>
-                        <th scope="col">"Customer"</th>
-                        <th scope="col">"Charges"</th>
-                        <th scope="col" class="num">"At risk"</th>
-                    </tr></thead>
-                    <tbody>
-                        {preview.findings.iter().map(|finding| view! {
-                            <tr data-finding=finding.id>
-                                <td class="nowrap"><a href=format!("/reconciliation/{}", finding.id)>{format!("#{}", finding.id)}</a>{format!(" {}", finding.kind().map(|k| k.one()).unwrap_or_default())}</td>
-                                <td>{finding.customer_id.clone()}</td>
-                                <td><code>{finding.charge_ids.join(", ")}</code></td>
-                                <td class="num"><Amount cents=finding.at_risk() currency=finding.currency()/></td>
-                            </tr>
-                        }).collect_view()}
-                    </tbody>
-                </table>
+                <div class="table-scroll">
+                    <table class="data">
+                        <thead><tr>
+                            <th scope="col">"Finding"</th>
+                            <th scope="col">"Customer"</th>
+                            <th scope="col">"Charges"</th>
+                            <th scope="col" class="num">"At risk"</th>
+                        </tr></thead>
+                        <tbody>
+                            {preview.findings.iter().map(|finding| view! {
+                                <tr data-finding=finding.id>
+                                    <td class="nowrap"><a href=format!("/reconciliation/{}", finding.id)>{format!("#{}", finding.id)}</a>{format!(" {}", finding.kind().map(|k| k.one()).unwrap_or_default())}</td>
+                                    <td>{finding.customer_id.clone()}</td>
+                                    <td><code>{finding.charge_ids.join(", ")}</code></td>
+                                    <td class="num"><Amount cents=finding.at_risk() currency=finding.currency()/></td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                </div>
             }.into_any()
         }}
     }

@@ -85,52 +85,54 @@ fn RoleSelect(
 fn OperatorTable(operators: Vec<OperatorSummary>, me: Option<Me>) -> impl IntoView {
     let my_id = me.map(|me| me.id);
     view! {
-        <table class="data">
-            <caption>"Everyone who can sign in"</caption>
-            <thead>
-                <tr>
-                    <th scope="col">"Email"</th>
-                    <th scope="col">"Role"</th>
-                    <th scope="col">"Status"</th>
-                    <th scope="col">"Added"</th>
-                    <th scope="col">"Actions"</th>
-                </tr>
-            </thead>
-            <tbody>
-                {operators.into_iter().map(|op| {
-                    let role_select_id = format!("role-{}", op.id);
-                    let is_me = my_id == Some(op.id);
-                    view! {
-                        <tr data-operator=op.email.clone()>
-                            <td>{op.email.clone()} {is_me.then_some(view! { <span class="muted">" (you)"</span> })}</td>
-                            <td>
-                                <form class="row-form" method="post" action=format!("/operators/{}/role", op.id)>
-                                    <label class="visually-hidden" for=role_select_id.clone()>
-                                        {format!("Role of {}", op.email)}
-                                    </label>
-                                    <RoleSelect id=role_select_id selected=op.role/>
-                                    <button type="submit" class="button button-quiet">"Change role"</button>
-                                </form>
-                            </td>
-                            <td>
-                                <span class=if op.disabled { "status status-revoked" } else { "status status-active" }>
-                                    {if op.disabled { "disabled" } else { "active" }}
-                                </span>
-                            </td>
-                            <td class="nowrap">{utc(op.created_at)}</td>
-                            <td>
-                                <form class="row-form" method="post" action=format!("/operators/{}/disabled", op.id)>
-                                    <input type="hidden" name="disabled" value=if op.disabled { "false" } else { "true" }/>
-                                    <button type="submit" class="button button-quiet" disabled=is_me && !op.disabled
-                                        aria-label=format!("{} {}", if op.disabled { "Enable" } else { "Disable" }, op.email)>
-                                        {if op.disabled { "Enable" } else { "Disable" }}
-                                    </button>
-                                </form>
-                            </td>
-                        </tr>
-                    }
-                }).collect_view()}
-            </tbody>
-        </table>
+        <div class="table-scroll">
+            <table class="data">
+                <caption>"Everyone who can sign in"</caption>
+                <thead>
+                    <tr>
+                        <th scope="col">"Email"</th>
+                        <th scope="col">"Role"</th>
+                        <th scope="col">"Status"</th>
+                        <th scope="col">"Added"</th>
+                        <th scope="col">"Actions"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {operators.into_iter().map(|op| {
+                        let role_select_id = format!("role-{}", op.id);
+                        let is_me = my_id == Some(op.id);
+                        view! {
+                            <tr data-operator=op.email.clone()>
+                                <td>{op.email.clone()} {is_me.then_some(view! { <span class="muted">" (you)"</span> })}</td>
+                                <td>
+                                    <form class="row-form" method="post" action=format!("/operators/{}/role", op.id)>
+                                        <label class="visually-hidden" for=role_select_id.clone()>
+                                            {format!("Role of {}", op.email)}
+                                        </label>
+                                        <RoleSelect id=role_select_id selected=op.role/>
+                                        <button type="submit" class="button button-quiet">"Change role"</button>
+                                    </form>
+                                </td>
+                                <td>
+                                    <span class=if op.disabled { "status status-revoked" } else { "status status-active" }>
+                                        {if op.disabled { "disabled" } else { "active" }}
+                                    </span>
+                                </td>
+                                <td class="nowrap">{utc(op.created_at)}</td>
+                                <td>
+                                    <form class="row-form" method="post" action=format!("/operators/{}/disabled", op.id)>
+                                        <input type="hidden" name="disabled" value=if op.disabled { "false" } else { "true" }/>
+                                        <button type="submit" class="button button-quiet" disabled=is_me && !op.disabled
+                                            aria-label=format!("{} {}", if op.disabled { "Enable" } else { "Disable" }, op.email)>
+                                            {if op.disabled { "Enable" } else { "Disable" }}
+                                        </button>
+                                    </form>
+                                </td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
     }
 }

@@ -91,36 +91,38 @@ fn PeriodSummary(overview: Overview) -> impl IntoView {
 #[component]
 fn PeriodTotals(overview: Overview) -> impl IntoView {
     view! {
-        <table class="data totals">
-            <caption>"Vault keys this period, by currency"</caption>
-            <thead>
-                <tr>
-                    <th scope="col">"Currency"</th>
-                    <th scope="col" class="num">"Keys (active)"</th>
-                    <th scope="col" class="num">"Expected"</th>
-                    <th scope="col" class="num">"Cap"</th>
-                    <th scope="col" class="num">"Spent"</th>
-                    <th scope="col" class="num">"Reserved"</th>
-                    <th scope="col" class="num">"Utilization"</th>
-                </tr>
-            </thead>
-            <tbody>
-                {overview.totals.into_iter().map(|t| {
-                    let pct = crate::domain::Cents(t.spent.0 + t.reserved.0).percent_of(t.cap);
-                    view! {
-                        <tr>
-                            <th scope="row">{t.currency.to_string()}</th>
-                            <td class="num">{format!("{} ({})", t.keys, t.active_keys)}</td>
-                            <td class="num"><Amount cents=t.expected_total currency=t.currency.clone()/></td>
-                            <td class="num"><Amount cents=t.cap currency=t.currency.clone()/></td>
-                            <td class="num" data-figure="spent"><Amount cents=t.spent currency=t.currency.clone()/></td>
-                            <td class="num"><Amount cents=t.reserved currency=t.currency.clone()/></td>
-                            <td class="num">{format!("{pct} %")}</td>
-                        </tr>
-                    }
-                }).collect_view()}
-            </tbody>
-        </table>
+        <div class="table-scroll">
+            <table class="data totals">
+                <caption>"Vault keys this period, by currency"</caption>
+                <thead>
+                    <tr>
+                        <th scope="col">"Currency"</th>
+                        <th scope="col" class="num">"Keys (active)"</th>
+                        <th scope="col" class="num">"Expected"</th>
+                        <th scope="col" class="num">"Cap"</th>
+                        <th scope="col" class="num">"Spent"</th>
+                        <th scope="col" class="num">"Reserved"</th>
+                        <th scope="col" class="num">"Utilization"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {overview.totals.into_iter().map(|t| {
+                        let pct = crate::domain::Cents(t.spent.0 + t.reserved.0).percent_of(t.cap);
+                        view! {
+                            <tr>
+                                <th scope="row">{t.currency.to_string()}</th>
+                                <td class="num">{format!("{} ({})", t.keys, t.active_keys)}</td>
+                                <td class="num"><Amount cents=t.expected_total currency=t.currency.clone()/></td>
+                                <td class="num"><Amount cents=t.cap currency=t.currency.clone()/></td>
+                                <td class="num" data-figure="spent"><Amount cents=t.spent currency=t.currency.clone()/></td>
+                                <td class="num"><Amount cents=t.reserved currency=t.currency.clone()/></td>
+                                <td class="num">{format!("{pct} %")}</td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
     }
 }
 
@@ -139,26 +141,28 @@ fn NearCap(overview: Overview) -> impl IntoView {
     view! {
         <section class="panel">
             <h2>"Keys near their caps"</h2>
-            <table class="data compact">
-                <thead>
-                    <tr>
-                        <th scope="col">"Key"</th>
-                        <th scope="col" class="num">"Spent + reserved"</th>
-                        <th scope="col" class="num">"Cap"</th>
-                        <th scope="col" class="num">"Utilization"</th>
-                    </tr>
-                </thead>
-                <tbody>
-                    {overview.at_threshold.into_iter().map(|key| view! {
+            <div class="table-scroll">
+                <table class="data compact">
+                    <thead>
                         <tr>
-                            <td><a href=format!("/keys/{}", key.id)>{key.label.clone()}</a></td>
-                            <td class="num"><Amount cents=key.committed() currency=key.currency.clone()/></td>
-                            <td class="num"><Amount cents=key.cap currency=key.currency.clone()/></td>
-                            <td class="num"><UtilizationMeter key=key.clone()/></td>
+                            <th scope="col">"Key"</th>
+                            <th scope="col" class="num">"Spent + reserved"</th>
+                            <th scope="col" class="num">"Cap"</th>
+                            <th scope="col" class="num">"Utilization"</th>
                         </tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
+                    </thead>
+                    <tbody>
+                        {overview.at_threshold.into_iter().map(|key| view! {
+                            <tr>
+                                <td><a href=format!("/keys/{}", key.id)>{key.label.clone()}</a></td>
+                                <td class="num"><Amount cents=key.committed() currency=key.currency.clone()/></td>
+                                <td class="num"><Amount cents=key.cap currency=key.currency.clone()/></td>
+                                <td class="num"><UtilizationMeter key=key.clone()/></td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
             {(more > 0).then(|| view! {
                 <p><a href=format!("/keys?period={}&at_threshold=1&sort=utilization", overview.period)>{format!("{more} more")}</a></p>
             })}

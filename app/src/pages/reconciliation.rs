@@ -180,22 +180,24 @@ fn Totals(data: ReconciliationView) -> impl IntoView {
                 view! { <p class="hint">"No open findings."</p> }.into_any()
             } else {
                 view! {
-                    <table class="data compact">
-                        <thead><tr>
-                            <th scope="col">"Kind"</th>
-                            <th scope="col" class="num">"Open"</th>
-                            <th scope="col" class="num">"Money at risk"</th>
-                        </tr></thead>
-                        <tbody>
-                            {data.totals.into_iter().map(|total| view! {
-                                <tr data-kind=total.kind.as_str()>
-                                    <td>{total.kind.label()}</td>
-                                    <td class="num">{total.open}</td>
-                                    <td class="num"><Amount cents=total.at_risk currency=total.currency/></td>
-                                </tr>
-                            }).collect_view()}
-                        </tbody>
-                    </table>
+                    <div class="table-scroll">
+                        <table class="data compact">
+                            <thead><tr>
+                                <th scope="col">"Kind"</th>
+                                <th scope="col" class="num">"Open"</th>
+                                <th scope="col" class="num">"Money at risk"</th>
+                            </tr></thead>
+                            <tbody>
+                                {data.totals.into_iter().map(|total| view! {
+                                    <tr data-kind=total.kind.as_str()>
+                                        <td>{total.kind.label()}</td>
+                                        <td class="num">{total.open}</td>
+                                        <td class="num"><Amount cents=total.at_risk currency=total.currency/></td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
                 }.into_any()
             }}
         </section>
@@ -214,20 +216,22 @@ fn Findings(data: ReconciliationView, can_act: bool) -> impl IntoView {
         return view! { <section class="panel"><p>{message}</p></section> }.into_any();
     }
     view! {
-        <table class="data findings">
-            <thead>
-                <tr>
-                    <th scope="col">"Finding"</th>
-                    <th scope="col">"Charges"</th>
-                    <th scope="col" class="num">"At risk"</th>
-                    <th scope="col">"Why"</th>
-                    <th scope="col">{if can_act { "Resolve" } else { "State" }}</th>
-                </tr>
-            </thead>
-            <tbody>
-                {data.findings.into_iter().map(|finding| view! { <FindingRow finding can_act/> }).collect_view()}
-            </tbody>
-        </table>
+        <div class="table-scroll">
+            <table class="data findings">
+                <thead>
+                    <tr>
+                        <th scope="col">"Finding"</th>
+                        <th scope="col">"Charges"</th>
+                        <th scope="col" class="num">"At risk"</th>
+                        <th scope="col">"Why"</th>
+                        <th scope="col">{if can_act { "Resolve" } else { "State" }}</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {data.findings.into_iter().map(|finding| view! { <FindingRow finding can_act/> }).collect_view()}
+                </tbody>
+            </table>
+        </div>
     }
     .into_any()
 }

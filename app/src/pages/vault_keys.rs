@@ -147,36 +147,38 @@ fn KeyResults(list: KeyList, query: KeyQuery) -> impl IntoView {
     );
     view! {
         <p class="result-count">{shown}</p>
-        <table class="data keys">
-            <thead>
-                <tr>
-                    {header(KeySort::Period, "Period", false)}
-                    {header(KeySort::Label, "Label", false)}
-                    <th scope="col">"Key"</th>
-                    <th scope="col">"Status"</th>
-                    {header(KeySort::Cap, "Cap", true)}
-                    {header(KeySort::Spent, "Spent", true)}
-                    <th scope="col" class="num">"Reserved"</th>
-                    {header(KeySort::Utilization, "Utilization", true)}
-                    {header(KeySort::Expires, "Expires", false)}
-                </tr>
-            </thead>
-            <tbody>
-                {list.keys.into_iter().map(|key| view! {
-                    <tr data-key=key.id>
-                        <td class="nowrap">{key.billing_period.clone()}</td>
-                        <td class="label"><a href=format!("/keys/{}", key.id) title=key.label.clone()>{key.label.clone()}</a></td>
-                        <td class="nowrap"><code>{format!("{}…", key.secret_prefix)}</code></td>
-                        <td><span class=format!("status status-{}", key.status.as_str())>{key.status.as_str()}</span></td>
-                        <td class="num"><Amount cents=key.cap currency=key.currency.clone()/></td>
-                        <td class="num"><Amount cents=key.spent currency=key.currency.clone()/></td>
-                        <td class="num"><Amount cents=key.reserved currency=key.currency.clone()/></td>
-                        <td class="num"><UtilizationMeter key=key.clone()/></td>
-                        <td class="nowrap">{utc(key.expires_at)}</td>
+        <div class="table-scroll">
+            <table class="data keys">
+                <thead>
+                    <tr>
+                        {header(KeySort::Period, "Period", false)}
+                        {header(KeySort::Label, "Label", false)}
+                        <th scope="col">"Key"</th>
+                        <th scope="col">"Status"</th>
+                        {header(KeySort::Cap, "Cap", true)}
+                        {header(KeySort::Spent, "Spent", true)}
+                        <th scope="col" class="num">"Reserved"</th>
+                        {header(KeySort::Utilization, "Utilization", true)}
+                        {header(KeySort::Expires, "Expires", false)}
                     </tr>
-                }).collect_view()}
-            </tbody>
-        </table>
+                </thead>
+                <tbody>
+                    {list.keys.into_iter().map(|key| view! {
+                        <tr data-key=key.id>
+                            <td class="nowrap">{key.billing_period.clone()}</td>
+                            <td class="label"><a href=format!("/keys/{}", key.id) title=key.label.clone()>{key.label.clone()}</a></td>
+                            <td class="nowrap"><code>{format!("{}…", key.secret_prefix)}</code></td>
+                            <td><span class=format!("status status-{}", key.status.as_str())>{key.status.as_str()}</span></td>
+                            <td class="num"><Amount cents=key.cap currency=key.currency.clone()/></td>
+                            <td class="num"><Amount cents=key.spent currency=key.currency.clone()/></td>
+                            <td class="num"><Amount cents=key.reserved currency=key.currency.clone()/></td>
+                            <td class="num"><UtilizationMeter key=key.clone()/></td>
+                            <td class="nowrap">{utc(key.expires_at)}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
         <Pager page=list.page pages=list.pages query/>
     }
     .into_any()

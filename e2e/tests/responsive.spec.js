@@ -1,0 +1,84 @@
+// @ts-check
+// Every console page at a phone's, a tablet's and a desktop's width: nothing
+// scrolls sideways (wide tables scroll inside their own container), and a
+// screenshot of each lands in e2e/screenshots/ for a person to look at.
+const fs = require('node:fs');
+const path = require('node:path');
+const { test, expect, accounts, sql, createKey } = require('./fixtures');
+
+const WIDTHS = [390, 768, 1440];
+const shots = path.resolve(__dirname, '../screenshots');
+
+/** The pages, with ids of rows the earlier tests (or this one) made. */
+function pages() {
+  const key = sql('SELECT id FROM vault_keys ORDER BY id LIMIT 1');
+  const call = sql('SELECT id FROM audit_log ORDER BY id DESC LIMIT 1');
+  const finding = sql('SELECT id FROM reconciliation_findings ORDER BY id LIMIT 1');
+  return [
+    ['overview', '/'],
+    ['keys', '/keys'],
+    ['new-key', '/keys/new'],
+    ['key', `/keys/${key}`],
+    ['cap-increase', `/keys/${key}/cap-increase`],
+    ['alerts', '/alerts'],
+    ['audit', '/audit'],
+    ...(call ? [['audit-call', `/audit/${call}`]] : []),
+    ['actions', '/actions'],
+    ['reconciliation', '/reconciliation'],
+    ...(finding ? [['finding', `/reconciliation/${finding}`]] : []),
+    ['approvals', '/approvals'],
+    ['operators', '/operators'],
+    ['tokens', '/tokens'],
+    ['two-factor', '/account/two-factor'],
+  ];
+}
+
+test('no page scrolls sideways at 390, 768 or 1440 px', async ({ page, visit, signIn }, testInfo) => {
+  test.setTimeout(120_000);
+  fs.mkdirSync(shots, { recursive: true });
+  const project = testInfo.project.name;
+  await signIn(accounts.admin);
+  await expect(page.getByTestId('signed-in-as')).toBeVisible();
+  if (!sql('SELECT id FROM vault_keys LIMIT 1')) {
+    await createKey(page, visit, { label: 'responsive-check', expected: '1000.00' });
+  }
+  const overflowing = [];
+  for (const width of WIDTHS) {
+    await page.setViewportSize({ width, height: 900 });
+    for (const [name, url] of pages()) {
+      await visit(url);
+      await expect(page.locator('main h1').first()).toBeVisible();
+      const { scroll, inner } = await page.evaluate(() => ({
+        scroll: document.documentElement.scrollWidth,
+        inner: window.innerWidth,
+      }));
+      if (scroll > inner) overflowing.push(`${name} at ${width} px: ${scroll} px wide`);
+      await page.screenshot({ path: path.join(shots, `${name}-${width}-${project}.png`), fullPage: true });
+    }
+  }
+  expect(overflowing).toEqual([]);
+});
+
+test('the sign-in page fits a phone', async ({ page, visit }, testInfo) => {
+  fs.mkdirSync(shots, { recursive: true });
+  await page.setViewportSize({ width: 390, height: 844 });
+  await visit('/login');
+  const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+  expect(wide).toBeLessThanOrEqual(390);
+  await page.screenshot({ path: path.join(shots, `login-390-${testInfo.project.name}.png`) });
+});
+
+test('on a phone the navigation is a menu that opens', async ({ page, visit, signIn }) => {
+  await page.setViewportSize({ width: 390, height: 844 });
+  await signIn(accounts.viewer);
+  await expect(page.getByTestId('signed-in-as')).toBeVisible();
+  const nav = page.getByRole('navigation', { name: 'Main' });
+  await expect(nav).toBeHidden();
+  await page.getByText('Menu', { exact: true }).click();
+  await expect(nav).toBeVisible();
+  await nav.getByRole('link', { name: 'Audit log' }).click();
+  await expect(page.getByRole('heading', { name: 'Audit log', level: 1 })).toBeVisible();
+  await page.setViewportSize({ width: 1440, height: 900 });
+  await visit('/');
+  await expect(nav).toBeVisible();
+});
