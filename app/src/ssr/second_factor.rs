@@ -271,22 +271,39 @@ pub async fn disable(
         Ok(_) => login_failures::forget(pool, attempt).await?,
         Err(refusal) => return Err(AppError::Invalid(refusal.to_string())),
     }
+    reset(
+        pool,
+        Actor::Operator { id: me.id, ip },
+        me.id,
+        "second_factor.disabled",
+    )
+    .await
+}
+
+/// Removes an operator's second factor and recovery codes: they turned it
+/// off, or (`vaultcap operator reset-two-factor`) lost their authenticator.
+pub async fn reset(
+    pool: &PgPool,
+    actor: Actor,
+    operator_id: i64,
+    action: &str,
+) -> Result<(), AppError> {
     let mut tx = pool.begin().await?;
     sqlx::query(
         "UPDATE operators SET totp_secret = NULL, totp_enabled_at = NULL, totp_pending_secret = NULL,
              totp_last_step = NULL
          WHERE id = $1",
     )
-    .bind(me.id)
+    .bind(operator_id)
     .execute(&mut *tx)
     .await?;
-    replace_recovery_codes(&mut tx, me.id, &[]).await?;
+    replace_recovery_codes(&mut tx, operator_id, &[]).await?;
     actions::record(
         &mut *tx,
-        Actor::Operator { id: me.id, ip },
-        "second_factor.disabled",
+        actor,
+        action,
         "operator",
-        Some(me.id.to_string()),
+        Some(operator_id.to_string()),
         json!({}),
     )
     .await?;

@@ -7,6 +7,7 @@ use app::{
         accounts,
         auth::{check_password_strength, generate_password, hash_password},
         data::{actions, actions::Actor, operators},
+        second_factor,
     },
 };
 use clap::{Args, Subcommand};
@@ -34,6 +35,15 @@ pub enum OperatorCommand {
         who: Who,
         #[command(flatten)]
         password: PasswordSource,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Turn off an operator's two-factor sign-in and void their recovery
+    /// codes (they lost their authenticator); they sign in with their
+    /// password alone and can set it up again.
+    ResetTwoFactor {
+        #[command(flatten)]
+        who: Who,
         #[command(flatten)]
         database: DatabaseArgs,
     },
@@ -124,6 +134,24 @@ pub async fn run(command: OperatorCommand) -> anyhow::Result<()> {
             if generated {
                 println!("Password (shown once): {password}");
             }
+        }
+        OperatorCommand::ResetTwoFactor { who, database } => {
+            let db = Database::open(&database).await?;
+            let result = async {
+                let operator = operators::find_by_email(&db.pool, &who.email)
+                    .await?
+                    .with_context(|| format!("no operator with email {}", who.email))?;
+                second_factor::reset(&db.pool, Actor::Cli, operator.id, "second_factor.reset")
+                    .await
+                    .map_err(|err| anyhow::anyhow!("{err}"))
+            }
+            .await;
+            db.close().await?;
+            result?;
+            println!(
+                "Two-factor sign-in is off for {}: they sign in with their password and can set it up again.",
+                who.email
+            );
         }
         OperatorCommand::List { database } => {
             let db = Database::open(&database).await?;

@@ -87,6 +87,30 @@ pub async fn browser_headers(
             header::STRICT_TRANSPORT_SECURITY,
             HeaderValue::from_static("max-age=31536000"),
         );
+        secure_cookies(headers);
     }
     response
+}
+
+/// Over HTTPS every cookie Vaultcap sets is `Secure`: the session layer
+/// marks its own, and this the rest (the key that opens a one-time secret).
+fn secure_cookies(headers: &mut axum::http::HeaderMap) {
+    let cookies: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|cookie| match cookie.to_str() {
+            Ok(text)
+                if !text
+                    .split(';')
+                    .any(|part| part.trim().eq_ignore_ascii_case("secure")) =>
+            {
+                HeaderValue::from_str(&format!("{text}; Secure")).unwrap_or_else(|_| cookie.clone())
+            }
+            _ => cookie.clone(),
+        })
+        .collect();
+    headers.remove(header::SET_COOKIE);
+    for cookie in cookies {
+        headers.append(header::SET_COOKIE, cookie);
+    }
 }

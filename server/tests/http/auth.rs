@@ -56,6 +56,34 @@ async fn behind_tls_the_session_cookie_is_secure(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn behind_tls_the_key_to_a_one_time_secret_is_secure_too(pool: PgPool) {
+    let app = TestApp::with_auth(
+        pool,
+        AuthConfig {
+            secure_cookies: true,
+            ..AuthConfig::default()
+        },
+    );
+    let admin = app.signed_in("admin@example.com", Role::Admin).await;
+    let created = app
+        .post_form(
+            "/tokens",
+            "name=billing+job&scope=keys%3Acreate&days=30",
+            Some(&admin),
+        )
+        .await;
+    let reveal: Vec<&str> = created
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter(|v| v.starts_with("vaultcap_reveal="))
+        .collect();
+    assert_eq!(reveal.len(), 1, "{:?}", created.headers);
+    assert!(reveal[0].ends_with("; Secure"), "{}", reveal[0]);
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn signing_in_rotates_the_session_id(pool: PgPool) {
     let app = TestApp::new(pool);
     app.add_operator("ana@example.com", Role::Viewer).await;

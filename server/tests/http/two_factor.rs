@@ -5,7 +5,7 @@ use sqlx::PgPool;
 use totp_rs::{Algorithm, TOTP};
 
 use crate::helpers::{enc, one_time_secret, TestApp, PASSWORD};
-use app::domain::Role;
+use app::{domain::Role, ssr::data::actions::Actor};
 
 const EMAIL: &str = "approver@example.com";
 
@@ -228,4 +228,26 @@ async fn turning_two_factor_off_takes_a_current_code(pool: PgPool) {
         .await
         .contains("Two-factor sign-in is off"));
     app.sign_in(EMAIL).await; // the password alone signs in again
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn an_operator_who_lost_their_authenticator_is_reset_on_the_host(pool: PgPool) {
+    let app = TestApp::new(pool.clone());
+    with_two_factor(&app).await;
+    password_step(&app).await;
+    let id: i64 = sqlx::query_scalar("SELECT id FROM operators WHERE email = $1")
+        .bind(EMAIL)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    // What `vaultcap operator reset-two-factor --email …` runs.
+    app::ssr::second_factor::reset(&app.pool, Actor::Cli, id, "second_factor.reset")
+        .await
+        .unwrap();
+    app.sign_in(EMAIL).await;
+    let codes_left: i64 = sqlx::query_scalar("SELECT count(*) FROM recovery_codes")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(codes_left, 0, "the old recovery codes are void");
 }
