@@ -1,13 +1,27 @@
 // @ts-check
 // Every console page at a phone's, a tablet's and a desktop's width: nothing
-// scrolls sideways (wide tables scroll inside their own container), and a
-// screenshot of each lands in e2e/screenshots/ for a person to look at.
+// scrolls sideways (wide tables scroll inside their own container), axe-core
+// finds no WCAG 2.1 A/AA violation, and a screenshot of each lands in
+// e2e/screenshots/ for a person to look at.
 const fs = require('node:fs');
 const path = require('node:path');
+const { default: AxeBuilder } = require('@axe-core/playwright');
 const { test, expect, accounts, sql, createKey } = require('./fixtures');
 
 const WIDTHS = [390, 768, 1440];
 const shots = path.resolve(__dirname, '../screenshots');
+
+/**
+ * What axe-core (WCAG 2.1 A and AA rules) finds wrong on the page, a line a
+ * rule. It runs scripts in the page, so only in the hydrated project; the
+ * markup is the server's in both.
+ */
+async function accessibilityViolations(page) {
+  const result = await new AxeBuilder({ page })
+    .withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'])
+    .analyze();
+  return result.violations.map((v) => `${v.id} on ${v.nodes.length}: ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+}
 
 /** The pages, with ids of rows the earlier tests (or this one) made. */
 function pages() {
@@ -33,8 +47,8 @@ function pages() {
   ];
 }
 
-test('no page scrolls sideways at 390, 768 or 1440 px', async ({ page, visit, signIn }, testInfo) => {
-  test.setTimeout(120_000);
+test('no page scrolls sideways at 390, 768 or 1440 px, nor breaks an accessibility rule', async ({ page, visit, signIn }, testInfo) => {
+  test.setTimeout(180_000);
   fs.mkdirSync(shots, { recursive: true });
   const project = testInfo.project.name;
   await signIn(accounts.admin);
@@ -43,6 +57,8 @@ test('no page scrolls sideways at 390, 768 or 1440 px', async ({ page, visit, si
     await createKey(page, visit, { label: 'responsive-check', expected: '1000.00' });
   }
   const overflowing = [];
+  const inaccessible = [];
+  const hydrated = project === 'hydrated';
   for (const width of WIDTHS) {
     await page.setViewportSize({ width, height: 900 });
     for (const [name, url] of pages()) {
@@ -53,10 +69,27 @@ test('no page scrolls sideways at 390, 768 or 1440 px', async ({ page, visit, si
         inner: window.innerWidth,
       }));
       if (scroll > inner) overflowing.push(`${name} at ${width} px: ${scroll} px wide`);
+      if (hydrated && width !== 768) {
+        for (const found of await accessibilityViolations(page)) inaccessible.push(`${name} at ${width} px: ${found}`);
+      }
       await page.screenshot({ path: path.join(shots, `${name}-${width}-${project}.png`), fullPage: true });
     }
   }
   expect(overflowing).toEqual([]);
+  expect(inaccessible).toEqual([]);
+});
+
+test('every page a viewer opens keeps the accessibility rules', async ({ page, visit, signIn }, testInfo) => {
+  test.skip(testInfo.project.name !== 'hydrated', 'axe-core runs scripts in the page');
+  test.setTimeout(120_000);
+  await signIn(accounts.viewer);
+  await expect(page.getByTestId('signed-in-as')).toBeVisible();
+  const inaccessible = [];
+  for (const [name, url] of pages()) {
+    await visit(url);
+    for (const found of await accessibilityViolations(page)) inaccessible.push(`${name}: ${found}`);
+  }
+  expect(inaccessible).toEqual([]);
 });
 
 test('the sign-in page fits a phone', async ({ page, visit }, testInfo) => {
@@ -65,6 +98,7 @@ test('the sign-in page fits a phone', async ({ page, visit }, testInfo) => {
   await visit('/login');
   const wide = await page.evaluate(() => document.documentElement.scrollWidth);
   expect(wide).toBeLessThanOrEqual(390);
+  if (testInfo.project.name === 'hydrated') expect(await accessibilityViolations(page)).toEqual([]);
   await page.screenshot({ path: path.join(shots, `login-390-${testInfo.project.name}.png`) });
 });
 

@@ -116,7 +116,7 @@ fn ActionTable(page: ActionPage, query: ActionQuery) -> impl IntoView {
         .into_any();
     }
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data actions">
                 <thead>
                     <tr>

@@ -65,7 +65,7 @@ fn AlertTable(data: AlertsView, shown: String, can_act: bool) -> impl IntoView {
     }
     let assignees = data.assignees;
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data alerts">
                 <thead>
                     <tr>

@@ -85,7 +85,7 @@ fn NewTokenForm() -> impl IntoView {
 #[component]
 fn TokenTable(tokens: Vec<ApiTokenSummary>) -> impl IntoView {
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data">
                 <caption>"Every API token, working ones first"</caption>
                 <thead>

@@ -62,7 +62,7 @@ fn KeyRequestTable(requests: Vec<KeyRequest>, me: Option<Me>) -> impl IntoView {
     view! {
         <section aria-labelledby="key-requests">
             <h2 id="key-requests">"New keys beyond policy"</h2>
-            <div class="table-scroll">
+            <div class="table-scroll" tabindex="0">
                 <table class="data approvals stack">
                     <thead>
                         <tr>
@@ -149,7 +149,7 @@ fn RequestTable(data: ApprovalsView, shown: String, me: Option<Me>) -> impl Into
     let can_decide = me.as_ref().is_some_and(|me| me.role.allows(Role::Approver));
     let me_id = me.map(|me| me.id);
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data approvals stack">
                 <thead>
                     <tr>

@@ -159,7 +159,7 @@ fn AuditResults(page: AuditPage, query: AuditQuery) -> impl IntoView {
             <p class="result-count">{format!("{} calls on this page, newest first", page.calls.len())}</p>
             <a class="button button-quiet" href=export download>"Export CSV"</a>
         </div>
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data audit">
                 <thead>
                     <tr>

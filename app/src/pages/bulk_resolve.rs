@@ -139,7 +139,7 @@ fn Preview(preview: BulkPreview) -> impl IntoView {
                         </div>
                     </form>
                 </section>
-                <div class="table-scroll">
+                <div class="table-scroll" tabindex="0">
                     <table class="data">
                         <thead><tr>
                             <th scope="col">"Finding"</th>

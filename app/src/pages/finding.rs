@@ -116,7 +116,7 @@ fn Evidence(evidence: FindingEvidence, can_act: bool) -> impl IntoView {
                 view! { <p class="hint">"Nobody has acted on this finding yet."</p> }.into_any()
             } else {
                 view! {
-                    <div class="table-scroll">
+                    <div class="table-scroll" tabindex="0">
                         <table class="data compact">
                             <thead><tr>
                                 <th scope="col">"Time (UTC)"</th><th scope="col">"Who"</th>
@@ -191,7 +191,7 @@ fn ChargeComparison(charges: Vec<EvidenceCharge>) -> impl IntoView {
         }),
     ];
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data comparison" data-testid="charge-comparison">
                 <thead>
                     <tr>
@@ -241,7 +241,7 @@ fn ProxyCalls(evidence: FindingEvidence) -> impl IntoView {
                 view! { <p class="hint">"No call through the proxy for this customer and period: the charges were made around Vaultcap."</p> }.into_any()
             } else {
                 view! {
-                    <div class="table-scroll">
+                    <div class="table-scroll" tabindex="0">
                         <table class="data">
                             <thead><tr>
                                 <th scope="col">"Time (UTC)"</th>

@@ -198,7 +198,7 @@ fn CapHistory(detail: KeyDetail) -> impl IntoView {
     view! {
         <section class="panel" aria-labelledby="cap-history-heading">
             <h2 id="cap-history-heading">"Cap history"</h2>
-            <div class="table-scroll">
+            <div class="table-scroll" tabindex="0">
                 <table class="data compact">
                     <thead>
                         <tr>
@@ -312,7 +312,7 @@ fn CallCounts(detail: KeyDetail) -> impl IntoView {
     }
     let total: i64 = detail.calls.iter().map(|c| c.calls).sum();
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data compact">
                 <thead><tr><th scope="col">"Decision"</th><th scope="col" class="num">"Calls"</th></tr></thead>
                 <tbody>
@@ -337,7 +337,7 @@ fn LatestCalls(detail: KeyDetail) -> impl IntoView {
     }
     let currency = detail.key.currency.clone();
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data">
                 <thead>
                     <tr>

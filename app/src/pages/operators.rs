@@ -85,7 +85,7 @@ fn RoleSelect(
 fn OperatorTable(operators: Vec<OperatorSummary>, me: Option<Me>) -> impl IntoView {
     let my_id = me.map(|me| me.id);
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data">
                 <caption>"Everyone who can sign in"</caption>
                 <thead>

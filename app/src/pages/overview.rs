@@ -91,7 +91,7 @@ fn PeriodSummary(overview: Overview) -> impl IntoView {
 #[component]
 fn PeriodTotals(overview: Overview) -> impl IntoView {
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data totals">
                 <caption>"Vault keys this period, by currency"</caption>
                 <thead>
@@ -141,7 +141,7 @@ fn NearCap(overview: Overview) -> impl IntoView {
     view! {
         <section class="panel">
             <h2>"Keys near their caps"</h2>
-            <div class="table-scroll">
+            <div class="table-scroll" tabindex="0">
                 <table class="data compact">
                     <thead>
                         <tr>

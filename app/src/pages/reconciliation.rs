@@ -180,7 +180,7 @@ fn Totals(data: ReconciliationView) -> impl IntoView {
                 view! { <p class="hint">"No open findings."</p> }.into_any()
             } else {
                 view! {
-                    <div class="table-scroll">
+                    <div class="table-scroll" tabindex="0">
                         <table class="data compact">
                             <thead><tr>
                                 <th scope="col">"Kind"</th>
@@ -216,7 +216,7 @@ fn Findings(data: ReconciliationView, can_act: bool) -> impl IntoView {
         return view! { <section class="panel"><p>{message}</p></section> }.into_any();
     }
     view! {
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data findings">
                 <thead>
                     <tr>

@@ -147,7 +147,7 @@ fn KeyResults(list: KeyList, query: KeyQuery) -> impl IntoView {
     );
     view! {
         <p class="result-count">{shown}</p>
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0">
             <table class="data keys">
                 <thead>
                     <tr>
