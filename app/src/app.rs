@@ -31,7 +31,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <meta name="color-scheme" content="light"/>
-                <HydrationScripts options/>
+                <HydrationScripts options islands=true/>
                 <MetaTags/>
             </head>
             <body>
@@ -43,10 +43,10 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 
 /// Every page renders completely on the server before it is sent
 /// (`SsrMode::Async`), so the console reads the same with JavaScript off.
+/// Rendered only on the server: in the browser only the islands run.
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    mark_hydrated();
 
     view! {
         <Stylesheet id="vaultcap" href="/pkg/vaultcap.css"/>
@@ -76,14 +76,4 @@ pub fn App() -> impl IntoView {
             </Routes>
         </Router>
     }
-}
-
-/// Sets `data-hydrated` on `<body>` once the browser bundle has taken over,
-/// so browser tests know when client-side behaviour is live.
-fn mark_hydrated() {
-    Effect::new(move |_| {
-        if let Some(body) = document().body() {
-            let _ = body.set_attribute("data-hydrated", "true");
-        }
-    });
 }

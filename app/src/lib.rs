@@ -16,10 +16,24 @@ pub mod server_fns;
 #[cfg(feature = "ssr")]
 pub mod ssr;
 
-/// The browser bundle's entry point: take over the server-rendered page.
+/// The browser bundle's entry point. The page stays as the server rendered
+/// it; Leptos' loader hydrates each `#[island]` in it right after this
+/// returns.
 #[cfg(feature = "hydrate")]
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
-    leptos::mount::hydrate_body(app::App);
+    leptos::mount::hydrate_islands();
+    // The loader hydrates the islands in microtasks that follow this call,
+    // so a task queued now runs once every island is live.
+    leptos::prelude::set_timeout(mark_hydrated, std::time::Duration::ZERO);
+}
+
+/// Sets `data-hydrated` on `<body>` once the islands are live, so browser
+/// tests know when client-side behaviour is there.
+#[cfg(feature = "hydrate")]
+fn mark_hydrated() {
+    if let Some(body) = leptos::prelude::document().body() {
+        let _ = body.set_attribute("data-hydrated", "true");
+    }
 }

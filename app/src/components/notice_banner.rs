@@ -26,7 +26,7 @@ pub fn NoticeBanner(notice: Notice) -> impl IntoView {
 
 /// Copies `text` to the clipboard. Shown only once the page is hydrated:
 /// without JavaScript the text is there to select.
-#[component]
+#[island]
 fn CopyButton(text: String) -> impl IntoView {
     let hydrated = RwSignal::new(false);
     let copied = RwSignal::new(false);

@@ -31,7 +31,8 @@ pub fn NewKeyPage() -> impl IntoView {
     }
 }
 
-#[component]
+/// An island: the cap preview follows what is typed.
+#[island]
 fn KeyFormView(form: KeyForm) -> impl IntoView {
     let KeyForm {
         mut draft,

@@ -14,30 +14,44 @@ const REFRESH_MS: u64 = 5_000;
 /// once hydrated it refreshes its numbers every five seconds.
 #[component]
 pub fn OverviewPage() -> impl IntoView {
-    let (tick, set_tick) = signal(0u64);
-    let overview = Resource::new(move || tick.get(), |_| get_overview());
-    // Effects run only in the browser: the server renders one snapshot.
-    Effect::new(move |_| {
-        if let Ok(handle) = set_interval_with_handle(
-            move || set_tick.update(|t| *t += 1),
-            std::time::Duration::from_millis(REFRESH_MS),
-        ) {
-            on_cleanup(move || handle.clear());
-        }
-    });
+    let overview = OnceResource::new(get_overview());
     view! {
         <Title text="Overview"/>
         <RequireRole role=Role::Viewer>
-            <Transition>
+            <Suspense>
                 {move || Suspend::new(async move {
                     match overview.await {
-                        Ok(overview) => view! { <PeriodSummary overview/> }.into_any(),
+                        Ok(overview) => view! { <LiveOverview overview/> }.into_any(),
                         Err(error) => view! { <h1>"Overview"</h1><ErrorPanel error/> }.into_any(),
                     }
                 })}
-            </Transition>
+            </Suspense>
         </RequireRole>
     }
+}
+
+/// An island: the server's snapshot, replaced by a fresh one every
+/// `REFRESH_MS` in the browser. A refresh that fails keeps the last numbers
+/// (their "As of" says how old they are).
+#[island]
+fn LiveOverview(overview: Overview) -> impl IntoView {
+    let current = RwSignal::new(overview);
+    // Effects run only in the browser: the server renders one snapshot.
+    Effect::new(move |_| {
+        let refresh = move || {
+            leptos::task::spawn_local(async move {
+                if let Ok(fresh) = get_overview().await {
+                    current.set(fresh);
+                }
+            })
+        };
+        if let Ok(handle) =
+            set_interval_with_handle(refresh, std::time::Duration::from_millis(REFRESH_MS))
+        {
+            on_cleanup(move || handle.clear());
+        }
+    });
+    move || view! { <PeriodSummary overview=current.get()/> }
 }
 
 #[component]
