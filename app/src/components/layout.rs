@@ -1,8 +1,5 @@
 use leptos::prelude::*;
-use leptos_router::{
-    components::{Outlet, A},
-    hooks::use_location,
-};
+use leptos_router::components::{Outlet, A};
 
 use super::{ErrorPanel, NoticeBanner};
 use crate::{
@@ -71,26 +68,11 @@ fn Frame(me: Me, notice: Option<Notice>, counts: NavCounts) -> impl IntoView {
             <TopBar me/>
             <MainNav is_admin counts/>
             <main class="content" id="main">
-                {notice.map(|notice| view! { <PageNotice notice/> })}
+                {notice.map(|notice| view! { <NoticeBanner notice/> }.into_any())}
                 <Outlet/>
             </main>
         </div>
     }
-}
-
-/// The notice belongs to the page it was shown on: once the hydrated
-/// console navigates elsewhere, it goes (and a secret in it with it).
-#[component]
-fn PageNotice(notice: Notice) -> impl IntoView {
-    let location = use_location();
-    let shown_on = location.pathname.get_untracked();
-    let here = move || location.pathname.with(|path| *path == shown_on);
-    view! {
-        <Show when=here>
-            <NoticeBanner notice=notice.clone()/>
-        </Show>
-    }
-    .into_any()
 }
 
 #[component]

@@ -31,6 +31,16 @@ pub fn ErrorPanel(error: AppError) -> impl IntoView {
 }
 
 /// Formats a UTC time the same way everywhere: `2026-07-31 23:59 UTC`.
+/// (Written out rather than with `format`, whose pattern interpreter would
+/// otherwise be the browser bundle's only use of it.)
 pub fn utc(at: chrono::DateTime<chrono::Utc>) -> String {
-    at.format("%Y-%m-%d %H:%M UTC").to_string()
+    use chrono::{Datelike, Timelike};
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
+        at.year(),
+        at.month(),
+        at.day(),
+        at.hour(),
+        at.minute()
+    )
 }

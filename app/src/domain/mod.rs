@@ -160,6 +160,8 @@ pub struct KeySummary {
     pub spent: Cents,
     pub reserved: Cents,
     pub status: KeyStatus,
+    /// As milliseconds: the browser bundle then needs no date parser.
+    #[serde(with = "chrono::serde::ts_milliseconds")]
     pub expires_at: chrono::DateTime<chrono::Utc>,
     /// Utilization percentages that raise an alert, ascending.
     pub thresholds_pct: Vec<i16>,
@@ -188,6 +190,8 @@ pub struct PeriodTotals {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Overview {
     pub period: BillingPeriod,
+    /// As milliseconds: the browser bundle then needs no date parser.
+    #[serde(with = "chrono::serde::ts_milliseconds")]
     pub as_of: chrono::DateTime<chrono::Utc>,
     pub totals: Vec<PeriodTotals>,
     pub billing_records: i64,

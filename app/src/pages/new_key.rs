@@ -31,8 +31,7 @@ pub fn NewKeyPage() -> impl IntoView {
     }
 }
 
-/// An island: the cap preview follows what is typed.
-#[island]
+#[component]
 fn KeyFormView(form: KeyForm) -> impl IntoView {
     let KeyForm {
         mut draft,
@@ -56,21 +55,6 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
                 .map(|(_, message)| message.clone())
         })
     };
-    let expected = RwSignal::new(draft.expected_total.clone());
-    let buffer = RwSignal::new(draft.buffer_pct.clone());
-    let currency = RwSignal::new(draft.currency.clone());
-    let preview = move || {
-        let typed = KeyDraft {
-            expected_total: expected.get(),
-            buffer_pct: buffer.get(),
-            currency: currency.get(),
-            ..KeyDraft::default()
-        };
-        match typed.preview() {
-            Some((currency, _, cap)) => format!("{} {currency}", cap.format(&currency)),
-            None => "—".to_owned(),
-        }
-    };
     let suggestion_text = suggestion.map(|s| {
         format!(
             "Suggested: {} {} — {}.",
@@ -89,35 +73,14 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
                     <p>"Nothing was created: fix the fields marked below."</p>
                 </div>
             })}
-            <div class="grid">
-                <Field name="period" label="Billing period" error=error_for("period")
-                    hint="The month the billing run charges for (UTC).">
-                    <input id="period" name="period" type="month" value=draft.period.clone() required
-                        aria-describedby="period-hint period-error" aria-invalid=error_for("period").is_some().to_string()/>
-                </Field>
-                <Field name="currency" label="Currency" error=error_for("currency") hint="Three letters, as Stripe writes them.">
-                    <input id="currency" name="currency" type="text" maxlength="3" value=draft.currency.clone() required
-                        on:input=move |ev| currency.set(event_target_value(&ev))
-                        aria-describedby="currency-hint currency-error" aria-invalid=error_for("currency").is_some().to_string()/>
-                </Field>
-                <Field name="expected_total" label="Expected total" error=error_for("expected_total")
-                    hint=suggestion_text.clone().unwrap_or_else(|| "What the run should charge in all, e.g. 5,000.00.".into())>
-                    <input id="expected_total" name="expected_total" type="text" inputmode="decimal" class="num"
-                        value=draft.expected_total.clone() required
-                        on:input=move |ev| expected.set(event_target_value(&ev))
-                        aria-describedby="expected_total-hint expected_total-error"
-                        aria-invalid=error_for("expected_total").is_some().to_string()/>
-                </Field>
-                <Field name="buffer_pct" label="Buffer (%)" error=error_for("buffer_pct") hint="Added on top of the expected total; 0 to 100.">
-                    <input id="buffer_pct" name="buffer_pct" type="text" inputmode="decimal" class="num" value=draft.buffer_pct.clone()
-                        on:input=move |ev| buffer.set(event_target_value(&ev))
-                        aria-describedby="buffer_pct-hint buffer_pct-error" aria-invalid=error_for("buffer_pct").is_some().to_string()/>
-                </Field>
-            </div>
-            <p class="cap-preview">
-                "Cap: " <output for="expected_total buffer_pct currency" data-testid="cap-preview">{preview}</output>
-                <span class="hint">" = expected total × (1 + buffer), rounded down to the cent. The proxy refuses any charge that would take spent + reserved past it."</span>
-            </p>
+            <CapFields
+                period=draft.period.clone()
+                currency=draft.currency.clone()
+                expected_total=draft.expected_total.clone()
+                buffer_pct=draft.buffer_pct.clone()
+                expected_hint=suggestion_text.unwrap_or_else(|| "What the run should charge in all, e.g. 5,000.00.".into())
+                errors=errors.get_value()
+            />
 
             <fieldset aria-describedby="endpoints-error">
                 <legend>"Allowed endpoints"</legend>
@@ -182,6 +145,74 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
         </form>
     }
     .into_any()
+}
+
+/// The fields the cap comes from, and the cap they make. An island: in
+/// the browser the cap follows what is typed.
+#[island]
+fn CapFields(
+    period: String,
+    currency: String,
+    expected_total: String,
+    buffer_pct: String,
+    expected_hint: String,
+    errors: Vec<(String, String)>,
+) -> impl IntoView {
+    let errors = StoredValue::new(errors);
+    let error_for = move |field: &str| {
+        errors.with_value(|errors| {
+            errors
+                .iter()
+                .find(|(name, _)| name == field)
+                .map(|(_, message)| message.clone())
+        })
+    };
+    let invalid = move |field: &str| error_for(field).is_some().to_string();
+    let expected = RwSignal::new(expected_total.clone());
+    let buffer = RwSignal::new(buffer_pct.clone());
+    let typed_currency = RwSignal::new(currency.clone());
+    let preview = move || {
+        let typed = KeyDraft {
+            expected_total: expected.get(),
+            buffer_pct: buffer.get(),
+            currency: typed_currency.get(),
+            ..KeyDraft::default()
+        };
+        match typed.preview() {
+            Some((currency, _, cap)) => format!("{} {currency}", cap.format(&currency)),
+            None => "—".to_owned(),
+        }
+    };
+    view! {
+        <div class="grid">
+            <Field name="period" label="Billing period" error=error_for("period")
+                hint="The month the billing run charges for (UTC).">
+                <input id="period" name="period" type="month" value=period required
+                    aria-describedby="period-hint period-error" aria-invalid=invalid("period")/>
+            </Field>
+            <Field name="currency" label="Currency" error=error_for("currency") hint="Three letters, as Stripe writes them.">
+                <input id="currency" name="currency" type="text" maxlength="3" value=currency required
+                    on:input=move |ev| typed_currency.set(event_target_value(&ev))
+                    aria-describedby="currency-hint currency-error" aria-invalid=invalid("currency")/>
+            </Field>
+            <Field name="expected_total" label="Expected total" error=error_for("expected_total") hint=expected_hint>
+                <input id="expected_total" name="expected_total" type="text" inputmode="decimal" class="num"
+                    value=expected_total required
+                    on:input=move |ev| expected.set(event_target_value(&ev))
+                    aria-describedby="expected_total-hint expected_total-error"
+                    aria-invalid=invalid("expected_total")/>
+            </Field>
+            <Field name="buffer_pct" label="Buffer (%)" error=error_for("buffer_pct") hint="Added on top of the expected total; 0 to 100.">
+                <input id="buffer_pct" name="buffer_pct" type="text" inputmode="decimal" class="num" value=buffer_pct
+                    on:input=move |ev| buffer.set(event_target_value(&ev))
+                    aria-describedby="buffer_pct-hint buffer_pct-error" aria-invalid=invalid("buffer_pct")/>
+            </Field>
+        </div>
+        <p class="cap-preview">
+            "Cap: " <output for="expected_total buffer_pct currency" data-testid="cap-preview">{preview}</output>
+            <span class="hint">" = expected total × (1 + buffer), rounded down to the cent. The proxy refuses any charge that would take spent + reserved past it."</span>
+        </p>
+    }
 }
 
 /// A labelled field with its hint and, after a refused submission, its
