@@ -1,16 +1,5 @@
 // @ts-check
-const { test, expect, accounts, sql } = require('./fixtures');
-
-/** A key at 5,000.00 of 5,500.00 USD with the 90 % alert the proxy raises. */
-function keyWithAlert(label) {
-  const keyId = sql(`INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
-                         expected_total_cents, cap_cents, spent_cents, allowed_endpoints, expires_at)
-                     VALUES (sha256(convert_to('${label}', 'UTF8')), 'vk_e2e', '${label}', '2026-11', 'usd',
-                             500000, 550000, 500000, ARRAY['POST /v1/charges'], now() + interval '30 days')
-                     RETURNING id`);
-  sql(`INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents)
-       VALUES (${keyId}, 'threshold', 90, 500000, 550000)`);
-}
+const { test, expect, accounts, keyWithAlert } = require('./fixtures');
 
 test('an operator acknowledges an alert with a note', async ({ page, signIn, visit }, testInfo) => {
   const label = `e2e-alert-${testInfo.project.name}-${Date.now()}`;
