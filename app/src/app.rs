@@ -8,10 +8,10 @@ use leptos_router::{
 use crate::{
     components::Layout,
     pages::{
-        ActionLogPage, AlertsPage, ApiTokensPage, ApprovalsPage, AuditCallPage, AuditLogPage,
-        BulkResolvePage, CapIncreasePage, FindingPage, InvitePage, KeyPage, LoginPage, NewKeyPage,
-        NotFoundPage, OperatorsPage, OverviewPage, ReconciliationPage, TwoFactorPage,
-        VaultKeysPage,
+        ActionLogPage, AlertsPage, ApiTokensPage, ApprovalsPage,
+        AuditCallPage, AuditLogPage, BulkResolvePage, CapIncreasePage, FindingPage, InvitePage,
+        KeyPage, LoginPage, NewKeyPage, NotFoundPage, OperatorsPage, OverviewPage,
+        ReconciliationPage, TwoFactorPage, VaultKeysPage,
     },
 };
 
@@ -31,6 +31,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <meta name="color-scheme" content="light"/>
+                <link rel="icon" type="image/svg+xml" href="/pkg/favicon.svg"/>
                 <HydrationScripts options islands=true/>
                 <MetaTags/>
             </head>

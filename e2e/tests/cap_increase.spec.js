@@ -18,6 +18,11 @@ test('operator A asks, cannot approve, approver B approves, and the refused char
   expect(first[2]).toBe(`${customers}_0002 refused spend_cap_exceeded`);
 
   await page.getByRole('link', { name: label }).click();
+  // The chart's text alternative: its figures, folded under it.
+  const spend = page.getByRole('region', { name: 'Spend over time' });
+  await spend.getByText('The figures as a table').click();
+  await expect(spend.getByRole('table', { name: 'Spend by day' }).locator('tbody tr')).toHaveCount(1);
+  await expect(spend.getByRole('table', { name: 'Spend by day' }).locator('tbody tr')).toContainText(/100\.00\s*USD\s*100\.00\s*USD/);
   await page.getByRole('region', { name: 'Latest calls' }).locator('tr.refused a').first().click();
   await expect(page.getByRole('heading', { level: 1 })).toContainText('Refused: over the cap');
   await page.getByRole('link', { name: 'Request cap increase' }).click();

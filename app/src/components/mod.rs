@@ -2,6 +2,7 @@
 
 mod amount;
 mod count_tabs;
+mod day_figures;
 mod layout;
 mod notice_banner;
 mod pager;
@@ -10,6 +11,7 @@ mod utilization;
 
 pub use amount::Amount;
 pub use count_tabs::CountTabs;
+pub use day_figures::DayFiguresTable;
 pub use layout::Layout;
 pub use notice_banner::NoticeBanner;
 pub use pager::KeysetPager;
@@ -43,4 +45,13 @@ pub fn utc(at: chrono::DateTime<chrono::Utc>) -> String {
         at.hour(),
         at.minute()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_times_read_the_same_everywhere() {
+        let at = "2026-07-01T09:05:59Z".parse().unwrap();
+        assert_eq!(super::utc(at), "2026-07-01 09:05 UTC");
+    }
 }

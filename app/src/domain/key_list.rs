@@ -280,6 +280,8 @@ pub struct KeyDetail {
     /// Cumulative spend against the cap and the expected total, rendered
     /// on the server (an SVG document).
     pub spend_chart_svg: String,
+    /// The chart's figures: spent per day and to date.
+    pub spend_by_day: Vec<super::DayFigures>,
 }
 
 impl KeySummary {

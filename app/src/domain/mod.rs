@@ -32,8 +32,8 @@ pub use audit_query::{
     Position, AUDIT_PAGE_SIZES, DEFAULT_AUDIT_PAGE_SIZE,
 };
 pub use cap_increase::{
-    ApplyAs, ApprovalsView, CapIncrease, CapIncreaseDraft, CapIncreaseForm, CapSuggestion,
-    RequestState,
+    ApplyAs, ApprovalsView, CapIncrease, CapIncreaseDraft, CapIncreaseForm,
+    CapSuggestion, RequestState,
 };
 pub use decision::Decision;
 pub use duplicate_policy::DuplicatePolicy;
@@ -206,6 +206,15 @@ pub struct Overview {
     pub daily_spend: Vec<SpendChart>,
 }
 
+/// One row of a chart's figures: the day (`2026-12-01`, written on the
+/// server so the browser bundle needs no date parser) and an amount per
+/// column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DayFigures {
+    pub day: String,
+    pub amounts: Vec<Cents>,
+}
+
 /// A chart of daily spend per key in one currency, drawn on the server,
 /// and its legend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -214,6 +223,9 @@ pub struct SpendChart {
     pub svg: String,
     /// (key id, label, CSS colour of its line, spent this period).
     pub legend: Vec<(i64, String, String, Cents)>,
+    /// The chart's figures, its text alternative: a column per key of the
+    /// legend, a row per day that spent anything.
+    pub by_day: Vec<DayFigures>,
 }
 
 /// Whether a `next` address is a path on this site, safe to redirect to

@@ -113,7 +113,7 @@ fn AlertRow(alert: Alert, assignees: Vec<(i64, String)>, can_act: bool) -> impl 
     view! {
         <tr data-alert=id>
             <td class="nowrap">{utc(alert.raised_at)}</td>
-            <td class="nowrap">{alert.key_label.clone()}</td>
+            <td class="nowrap"><a href=format!("/keys/{}", alert.vault_key_id)>{alert.key_label.clone()}</a></td>
             <td>
                 <strong>{kind}</strong>
                 <div>{alert.describe()}</div>

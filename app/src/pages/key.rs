@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 use crate::{
-    components::{utc, Amount, ErrorPanel, RequireRole, UtilizationMeter},
+    components::{utc, Amount, DayFiguresTable, ErrorPanel, RequireRole, UtilizationMeter},
     domain::{
         ApplyAs, Cents, DuplicatePolicy, KeyDetail, KeyStatus, KeySummary, Me, RequestState, Role,
     },
@@ -152,6 +152,9 @@ fn SpendPanel(detail: KeyDetail) -> impl IntoView {
                     <span class="swatch swatch-expected"></span>{format!("Expected {} {currency}", key.expected_total.format(&currency))}
                 </figcaption>
             </figure>
+            <DayFiguresTable caption="Spend by day".to_owned()
+                columns=vec!["Spent that day".to_owned(), "Spent to date".to_owned()]
+                rows=detail.spend_by_day currency=currency.clone()/>
         </section>
     }
     .into_any()

@@ -2,7 +2,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::{
-    components::{utc, Amount, ErrorPanel, RequireRole, UtilizationMeter},
+    components::{utc, Amount, DayFiguresTable, ErrorPanel, RequireRole, UtilizationMeter},
     domain::{group_thousands, Overview, Role, SpendChart},
     server_fns::get_overview,
 };
@@ -188,6 +188,11 @@ fn NearCap(overview: Overview) -> impl IntoView {
 #[component]
 fn DailySpend(chart: SpendChart) -> impl IntoView {
     let currency = chart.currency.clone();
+    let columns = chart
+        .legend
+        .iter()
+        .map(|(_, label, _, _)| label.clone())
+        .collect();
     view! {
         <section class="panel">
             <h2>{format!("Daily spend per key ({currency})")}</h2>
@@ -205,6 +210,7 @@ fn DailySpend(chart: SpendChart) -> impl IntoView {
                     </ul>
                 </figcaption>
             </figure>
+            <DayFiguresTable caption=format!("Daily spend per key ({currency})") columns rows=chart.by_day currency=currency.clone()/>
         </section>
     }
 }

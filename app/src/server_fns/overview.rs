@@ -101,6 +101,7 @@ fn spend_charts(
                 .collect();
             Ok(SpendChart {
                 svg: charts::daily_spend(&series, first, last, today, &currency),
+                by_day: charts::by_day(&series),
                 currency,
                 legend,
             })

@@ -74,6 +74,7 @@ pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
         cap_history: cap_increases::list(pool, cap_increases::Listing::Key(id), 100).await?,
         parent_key_id: row.key.parent_key_id,
         spend_chart_svg,
+        spend_by_day: charts::cumulative_by_day(&hourly),
         key,
     })
 }

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use plotters::prelude::*;
 
-use crate::domain::{group_thousands, Cents, Currency};
+use crate::domain::{group_thousands, Cents, Currency, DayFigures};
 
 const WIDTH: u32 = 760;
 const HEIGHT: u32 = 300;
@@ -89,6 +89,53 @@ pub fn cumulative_spend(
         svg,
         "Cumulative spend against the cap and the expected total",
     )
+}
+
+/// The figures of a cumulative chart as table rows: a row per day (UTC)
+/// that spent anything, with what it spent and the total to date.
+pub fn cumulative_by_day(hourly: &[(DateTime<Utc>, Cents)]) -> Vec<DayFigures> {
+    let mut rows: Vec<DayFigures> = Vec::new();
+    let mut to_date = 0i64;
+    for (hour, spent) in hourly {
+        to_date += spent.0;
+        let day = hour.date_naive().to_string();
+        match rows.last_mut() {
+            Some(row) if row.day == day => {
+                row.amounts[0].0 += spent.0;
+                row.amounts[1] = Cents(to_date);
+            }
+            _ => rows.push(DayFigures {
+                day,
+                amounts: vec![*spent, Cents(to_date)],
+            }),
+        }
+    }
+    rows
+}
+
+/// The figures of a daily chart as table rows: a row per day on which any
+/// series spent, an amount per series (zero where it spent nothing).
+pub fn by_day(series: &[Vec<(NaiveDate, Cents)>]) -> Vec<DayFigures> {
+    let mut days: Vec<NaiveDate> = series.iter().flatten().map(|(day, _)| *day).collect();
+    days.sort_unstable();
+    days.dedup();
+    days.into_iter()
+        .map(|day| DayFigures {
+            day: day.to_string(),
+            amounts: series
+                .iter()
+                .map(|points| {
+                    Cents(
+                        points
+                            .iter()
+                            .filter(|(d, _)| *d == day)
+                            .map(|(_, c)| c.0)
+                            .sum(),
+                    )
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// Daily spend per series on an axis of the days `first..=last`, drawn up
@@ -261,5 +308,48 @@ mod tests {
         assert!(svg.contains(&css_colour(SPENT)), "the spend line is drawn");
         assert!(svg.contains(&css_colour(CAP)), "the cap line is drawn");
         assert!(svg.contains("5,000"), "the axis is labelled in major units");
+    }
+
+    #[test]
+    fn the_cumulative_figures_sum_each_day_and_carry_the_total() {
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        let hourly = [
+            (at("2026-07-03T05:00:00Z"), Cents(100)),
+            (at("2026-07-03T23:00:00Z"), Cents(50)),
+            (at("2026-07-05T00:00:00Z"), Cents(7)),
+        ];
+        let rows = cumulative_by_day(&hourly);
+        let figures: Vec<_> = rows
+            .iter()
+            .map(|r| (r.day.as_str(), r.amounts.clone()))
+            .collect();
+        assert_eq!(
+            figures,
+            [
+                ("2026-07-03", vec![Cents(150), Cents(150)]),
+                ("2026-07-05", vec![Cents(7), Cents(157)]),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_daily_figures_have_a_row_per_day_and_a_column_per_series() {
+        let day = |d: u32| NaiveDate::from_ymd_opt(2026, 7, d).unwrap();
+        let series = [
+            vec![(day(2), Cents(10)), (day(4), Cents(20))],
+            vec![(day(4), Cents(5))],
+        ];
+        let rows = by_day(&series);
+        let figures: Vec<_> = rows
+            .iter()
+            .map(|r| (r.day.as_str(), r.amounts.clone()))
+            .collect();
+        assert_eq!(
+            figures,
+            [
+                ("2026-07-02", vec![Cents(10), Cents(0)]),
+                ("2026-07-04", vec![Cents(20), Cents(5)]),
+            ]
+        );
     }
 }

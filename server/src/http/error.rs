@@ -48,7 +48,7 @@ impl IntoResponse for HttpError {
         let message = html_escape(&self.message);
         let page = format!(
             "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{status} · Vaultcap</title>\
-             <link rel=\"stylesheet\" href=\"/pkg/vaultcap.css\"></head><body><main class=\"centered\">\
+             <link rel=\"stylesheet\" href=\"/pkg/vaultcap.css\"><link rel=\"icon\" type=\"image/svg+xml\" href=\"/pkg/favicon.svg\"></head><body><main class=\"centered\">\
              <section class=\"panel panel-error\" role=\"alert\"><h1>{status}</h1><p>{message}</p>\
              <p><a href=\"/\">Back to the console</a></p></section></main></body></html>"
         );
