@@ -8,7 +8,7 @@ use leptos_router::{
 use crate::{
     components::Layout,
     pages::{
-        ActionLogPage, AlertsPage, ApiTokensPage, ApprovalsPage,
+        ActionLogPage, AlertsPage, ApiTokensPage, ApprovalConfirmPage, ApprovalsPage,
         AuditCallPage, AuditLogPage, BulkResolvePage, CapIncreasePage, FindingPage, InvitePage,
         KeyPage, LoginPage, NewKeyPage, NotFoundPage, OperatorsPage, OverviewPage,
         ReconciliationPage, TwoFactorPage, VaultKeysPage,
@@ -70,6 +70,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/reconciliation/bulk") view=BulkResolvePage/>
                     <Route path=path!("/reconciliation/:id") view=FindingPage/>
                     <Route path=path!("/approvals") view=ApprovalsPage/>
+                    <Route path=path!("/approvals/:id/confirm") view=ApprovalConfirmPage/>
                     <Route path=path!("/account/two-factor") view=TwoFactorPage/>
                     <Route path=path!("/operators") view=OperatorsPage/>
                     <Route path=path!("/tokens") view=ApiTokensPage/>

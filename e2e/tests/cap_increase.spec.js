@@ -51,6 +51,14 @@ test('operator A asks, cannot approve, approver B approves, and the refused char
   await expect(row).toContainText(`by ${accounts.admin.email} from a refused call`);
   await row.getByLabel(/Note on request/).fill('Upgrade confirmed in the CRM');
   await row.getByRole('button', { name: /Approve request/ }).click();
+  // Approve leads to what it changes, and asks once more.
+  await expect(page.getByRole('heading', { level: 1 })).toHaveText(`Approve 110.00 → 155.00 USD (+45.00) for ${label}?`);
+  await expect(page.getByTestId('consequence')).toHaveText(
+    `The cap of ${label} goes from 110.00 to 155.00 USD; the proxy applies it from the next call.`);
+  await expect(page.getByTestId('approval-figures').getByRole('row').filter({ hasText: 'Utilization' })).toContainText(/90 %.*64 %/);
+  await expect(page.getByTestId('approval-figures').getByRole('row').filter({ hasText: 'Still chargeable' })).toContainText(/10\.00\s*USD\s*55\.00\s*USD/);
+  await expect(page.getByLabel('Note (optional)')).toHaveValue('Upgrade confirmed in the CRM');
+  await page.getByRole('button', { name: 'Approve: cap 155.00 USD' }).click();
   await expect(page.getByRole('status')).toContainText(`${label} now has a cap of 155.00 USD`);
   await visit('/approvals?tab=history');
   await expect(page.getByRole('row').filter({ hasText: label })).toContainText(`by ${accounts.approver.email}`);

@@ -60,6 +60,7 @@ test('create a key, ask for a higher cap and approve it as a second person, keyb
   const row = page.getByRole('row').filter({ hasText: label });
   await typeInto(page, row.getByLabel(/Note on request/), 'Confirmed with sales');
   await press(page, row.getByRole('button', { name: /Approve request/ }));
+  await press(page, page.getByRole('button', { name: 'Approve: cap 300.00 USD' }));
   await expect(page.getByRole('status')).toContainText(`${label} now has a cap of 300.00 USD`);
 });
 

@@ -28,6 +28,18 @@ function pages() {
   const key = sql('SELECT id FROM vault_keys ORDER BY id LIMIT 1');
   const call = sql('SELECT id FROM audit_log ORDER BY id DESC LIMIT 1');
   const finding = sql('SELECT id FROM reconciliation_findings ORDER BY id LIMIT 1');
+  // A cap increase the approver asked for, so the admin may decide it.
+  const label = `responsive-request-${Date.now()}`;
+  const request = sql(`WITH k AS (
+      INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
+                              expected_total_cents, cap_cents, spent_cents, allowed_endpoints, expires_at)
+      VALUES (sha256(convert_to('${label}', 'UTF8')), 'vk_e2ersp', '${label}', '2026-11', 'eur',
+              600000, 660000, 640000, ARRAY['POST /v1/charges'], now() + interval '30 days')
+      RETURNING id, cap_cents)
+    INSERT INTO cap_increase_requests (vault_key_id, from_cap_cents, to_cap_cents, apply_as, reason, requested_by, expires_at)
+    SELECT id, cap_cents, cap_cents + 627000, 'raise_cap', 'Month-end upgrades',
+           (SELECT id FROM operators WHERE email = 'approver@e2e.test'), now() + interval '1 day'
+    FROM k RETURNING id`);
   return [
     ['overview', '/'],
     ['keys', '/keys'],
@@ -41,6 +53,7 @@ function pages() {
     ['reconciliation', '/reconciliation'],
     ...(finding ? [['finding', `/reconciliation/${finding}`]] : []),
     ['approvals', '/approvals'],
+    ['approval-confirm', `/approvals/${request}/confirm`],
     ['operators', '/operators'],
     ['tokens', '/tokens'],
     ['two-factor', '/account/two-factor'],

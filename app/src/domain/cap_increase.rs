@@ -193,6 +193,58 @@ impl CapIncrease {
     }
 }
 
+/// What approving a cap increase changes, shown to the approver before
+/// they confirm: figures read when the page was drawn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalPreview {
+    pub request: CapIncrease,
+    pub expected_total: Cents,
+    /// The most the key's cap may be raised to.
+    pub ceiling: Cents,
+    /// The note typed on the Approvals page, carried to the decision.
+    pub note: String,
+}
+
+impl ApprovalPreview {
+    pub fn cap_now(&self) -> Cents {
+        Cents(self.request.key_cap_cents)
+    }
+
+    /// The key's cap once approved: raised by the increase, or unchanged
+    /// when the increase becomes a follow-on key.
+    pub fn cap_after(&self) -> Cents {
+        match self.request.apply_as() {
+            ApplyAs::RaiseCap => Cents(self.cap_now().0 + self.request.additional().0),
+            ApplyAs::FollowOnKey => self.cap_now(),
+        }
+    }
+
+    pub fn committed(&self) -> Cents {
+        Cents(self.request.key_committed_cents)
+    }
+
+    pub fn utilization_after_pct(&self) -> i64 {
+        self.committed().percent_of(self.cap_after())
+    }
+
+    /// What billing jobs may still charge through this key now.
+    pub fn headroom_now(&self) -> Cents {
+        Cents((self.cap_now().0 - self.committed().0).max(0))
+    }
+
+    /// What they may charge once approved, through this key and a
+    /// follow-on key together: the money the approval puts at risk.
+    pub fn headroom_after(&self) -> Cents {
+        Cents(self.headroom_now().0 + self.request.additional().0)
+    }
+
+    /// Whether the raised cap would pass the ceiling (the key's cap moved
+    /// since the request was made).
+    pub fn passes_ceiling(&self) -> bool {
+        self.request.apply_as() == ApplyAs::RaiseCap && self.cap_after() > self.ceiling
+    }
+}
+
 /// The cap a request suggests, and how it was worked out: what the key has
 /// committed, plus the billing still expected to come, with the key's
 /// buffer on top. When that is still within the current cap there is

@@ -32,7 +32,7 @@ pub use audit_query::{
     Position, AUDIT_PAGE_SIZES, DEFAULT_AUDIT_PAGE_SIZE,
 };
 pub use cap_increase::{
-    ApplyAs, ApprovalsView, CapIncrease, CapIncreaseDraft, CapIncreaseForm,
+    ApplyAs, ApprovalPreview, ApprovalsView, CapIncrease, CapIncreaseDraft, CapIncreaseForm,
     CapSuggestion, RequestState,
 };
 pub use decision::Decision;

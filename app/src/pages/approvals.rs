@@ -229,7 +229,8 @@ fn PendingCell(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVi
         return view! { <p class="hint">"Waiting for an approver."</p> {expires} }.into_any();
     }
     view! {
-        <DecideForm action=format!("/approvals/{id}/decide") subject=format!("request {id}")/>
+        <DecideForm action=format!("/approvals/{id}/decide") subject=format!("request {id}")
+            confirm_at=format!("/approvals/{id}/confirm")/>
         {expires}
     }
     .into_any()
@@ -237,8 +238,21 @@ fn PendingCell(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVi
 
 /// Approve, or reject with a note, the request the form posts to;
 /// `subject` names it for screen readers (`request 7`, `key request 3`).
+/// With `confirm_at`, Approve first opens that page, which shows what the
+/// approval changes and confirms it (the note goes along).
 #[component]
-fn DecideForm(action: String, subject: String) -> impl IntoView {
+fn DecideForm(
+    action: String,
+    subject: String,
+    #[prop(optional, into)] confirm_at: Option<String>,
+) -> impl IntoView {
+    let confirm_method = confirm_at.is_some().then_some("get");
+    // An ellipsis: the button leads to a step, it does not decide yet.
+    let approve_text = if confirm_at.is_some() {
+        "Approve…"
+    } else {
+        "Approve"
+    };
     let note_id = format!("note-{}", subject.replace(' ', "-"));
     view! {
         <form class="decide-form" method="post" action=action>
@@ -247,7 +261,8 @@ fn DecideForm(action: String, subject: String) -> impl IntoView {
                 placeholder="Note (a rejection needs one)"/>
             <div class="row-form">
                 <button type="submit" name="verdict" value="approve" class="button button-primary"
-                    aria-label=format!("Approve {subject}")>"Approve"</button>
+                    formaction=confirm_at formmethod=confirm_method
+                    aria-label=format!("Approve {subject}")>{approve_text}</button>
                 <button type="submit" name="verdict" value="reject" class="button button-quiet"
                     aria-label=format!("Reject {subject}")>"Reject"</button>
             </div>

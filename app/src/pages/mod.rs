@@ -3,6 +3,7 @@
 mod action_log;
 mod alerts;
 mod api_tokens;
+mod approval_confirm;
 mod approvals;
 mod audit_call;
 mod audit_log;
@@ -23,6 +24,7 @@ mod vault_keys;
 pub use action_log::ActionLogPage;
 pub use alerts::AlertsPage;
 pub use api_tokens::ApiTokensPage;
+pub use approval_confirm::ApprovalConfirmPage;
 pub use approvals::ApprovalsPage;
 pub use audit_call::AuditCallPage;
 pub use audit_log::AuditLogPage;

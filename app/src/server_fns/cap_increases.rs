@@ -123,3 +123,35 @@ pub async fn pending_approval_count() -> Result<i64, AppError> {
     let pool = &expect_context::<ssr::AppState>().pool;
     Ok(ssr::data::cap_increases::pending_count(pool).await?)
 }
+
+/// What approving request `id` would change, for the approver to confirm
+/// (with the note they typed). Refused, with the reason, when the request
+/// is no longer pending or the approver asked for it themselves.
+#[server(endpoint = "get_approval_preview")]
+pub async fn get_approval_preview(
+    id: i64,
+    note: Option<String>,
+) -> Result<crate::domain::ApprovalPreview, AppError> {
+    use crate::{
+        domain::{ApprovalPreview, Cents, Role},
+        ssr::{
+            self, cap_increases,
+            data::{cap_increases as requests, vault_keys},
+        },
+    };
+    let me = ssr::auth::require(Role::Approver)?;
+    let state = expect_context::<ssr::AppState>();
+    let request = requests::find(&state.pool, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    cap_increases::decidable(&request, &me)?;
+    let key = vault_keys::find(&state.pool, request.vault_key_id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    Ok(ApprovalPreview {
+        request,
+        expected_total: Cents(key.expected_total_cents),
+        ceiling: cap_increases::ceiling(&key, &state.cap_increases),
+        note: note.unwrap_or_default(),
+    })
+}

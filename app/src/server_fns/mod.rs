@@ -19,8 +19,8 @@ pub use audit::{
     ListActions, ListAudit,
 };
 pub use cap_increases::{
-    get_cap_increase_form, list_approvals, pending_approval_count, GetCapIncreaseForm,
-    ListApprovals, PendingApprovalCount,
+    get_approval_preview, get_cap_increase_form, list_approvals, pending_approval_count,
+    GetApprovalPreview, GetCapIncreaseForm, ListApprovals, PendingApprovalCount,
 };
 pub use me::{get_me, take_notice, GetMe, TakeNotice};
 pub use operators::{list_operators, ListOperators};

@@ -178,24 +178,11 @@ pub struct Decided {
     pub follow_on: Option<(String, VaultKeyRow)>,
 }
 
-/// Approves or rejects a pending request. Exactly one decision wins when
-/// approvers act at once: the request row is locked, and the second sees
-/// the first's decision. The requester can never decide their own request
-/// (refused here with a message, and by the table's constraint whatever
-/// the caller).
-pub async fn decide(
-    pool: &PgPool,
-    approver: &Me,
-    ip: Option<std::net::IpAddr>,
-    id: i64,
-    verdict: Verdict,
-    note: &str,
-) -> Result<Decided, AppError> {
-    let note = decision_note(approver, verdict, note, "the increase")?;
-    let mut tx = pool.begin().await?;
-    let request = cap_increases::lock(&mut tx, id)
-        .await?
-        .ok_or(AppError::NotFound)?;
+/// Whether `approver` may decide `request` now: it is still pending, and
+/// they did not ask for it (four-eyes rule). The confirmation page and the
+/// decision both ask.
+pub fn decidable(request: &CapIncrease, approver: &Me) -> Result<(), AppError> {
+    let id = request.id;
     match request.state() {
         RequestState::Pending => {}
         RequestState::Expired => {
@@ -221,6 +208,28 @@ pub async fn decide(
             "you asked for request #{id} (or made the API token that did), so another approver must decide it (four-eyes rule)"
         )));
     }
+    Ok(())
+}
+
+/// Approves or rejects a pending request. Exactly one decision wins when
+/// approvers act at once: the request row is locked, and the second sees
+/// the first's decision. The requester can never decide their own request
+/// (refused here with a message, and by the table's constraint whatever
+/// the caller).
+pub async fn decide(
+    pool: &PgPool,
+    approver: &Me,
+    ip: Option<std::net::IpAddr>,
+    id: i64,
+    verdict: Verdict,
+    note: &str,
+) -> Result<Decided, AppError> {
+    let note = decision_note(approver, verdict, note, "the increase")?;
+    let mut tx = pool.begin().await?;
+    let request = cap_increases::lock(&mut tx, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    decidable(&request, approver)?;
     let actor = Actor::Operator {
         id: approver.id,
         ip,

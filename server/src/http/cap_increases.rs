@@ -116,6 +116,10 @@ pub struct DecideForm {
     verdict: String,
     #[serde(default)]
     note: String,
+    /// `yes` from the confirmation page, which showed what approving
+    /// changes; a cap increase is approved only through it.
+    #[serde(default)]
+    confirmed: String,
 }
 
 impl DecideForm {
@@ -172,6 +176,12 @@ pub async fn decide(
     let outcome = async {
         let form = readable(form)?;
         let verdict = form.verdict()?;
+        if verdict == Verdict::Approve && form.confirmed != "yes" {
+            return Err(AppError::Invalid(format!(
+                "request #{id} was not approved: press Approve on the Approvals page, check what it changes and confirm"
+            ))
+            .into());
+        }
         let decided =
             cap_increases::decide(&state.pool, &me, ip, id, verdict, &form.note).await?;
         let request = &decided.request;

@@ -53,7 +53,8 @@ async fn decide(app: &TestApp, id: i64, verdict: &str, note: &str, cookie: &str)
     let response = app
         .post_form(
             &format!("/approvals/{id}/decide"),
-            &format!("verdict={verdict}&note={}", enc(note)),
+            // As the confirmation page sends an approval.
+            &format!("verdict={verdict}&note={}&confirmed=yes", enc(note)),
             Some(cookie),
         )
         .await;
@@ -145,6 +146,50 @@ async fn an_operator_asks_an_approver_approves_and_the_refused_charge_goes_throu
         .body
         .contains("by ops@example.com from the key page"));
     assert!(approvals.body.contains(&format!("Approve request {id}")));
+    assert!(
+        approvals.body.contains(&format!(
+            r#"formaction="/approvals/{id}/confirm" formmethod="get""#
+        )),
+        "Approve opens the confirmation first"
+    );
+
+    // Approving straight from the list, without the confirmation, changes nothing.
+    let unconfirmed = app
+        .post_form(
+            &format!("/approvals/{id}/decide"),
+            "verdict=approve&note=",
+            Some(&approver),
+        )
+        .await;
+    assert_eq!(unconfirmed.status, StatusCode::SEE_OTHER);
+    let said = app.notice("/approvals", &approver).await;
+    assert!(said.contains("was not approved: press Approve"), "{said}");
+    assert_eq!(cap(&pool, key).await, 5_000);
+
+    // The confirmation says what approving changes, and carries the note.
+    let confirm = app
+        .get(
+            &format!("/approvals/{id}/confirm?note=Checked+the+sign-ups"),
+            Some(&approver),
+        )
+        .await;
+    assert_eq!(confirm.status, StatusCode::OK, "{}", confirm.body);
+    for figure in [
+        "The cap of ",
+        "goes from 50.00 to 60.00 USD",
+        "Still chargeable",
+        "Ceiling for this key",
+        "Approve: cap 60.00 USD",
+        r#"value="Checked the sign-ups""#,
+        r#"name="confirmed" value="yes""#,
+    ] {
+        assert!(confirm.body.contains(figure), "{figure} missing");
+    }
+    // An operator cannot open it at all.
+    let own = app
+        .get(&format!("/approvals/{id}/confirm"), Some(&operator))
+        .await;
+    assert_eq!(own.status, StatusCode::FORBIDDEN);
 
     let said = decide(&app, id, "approve", "Checked the sign-ups", &approver).await;
     assert!(said.contains("now has a cap of 60.00 USD"), "{said}");
@@ -213,6 +258,18 @@ async fn the_requester_can_never_decide_their_own_request(pool: PgPool) {
     let approvals = app.get("/approvals", Some(&admin)).await.body;
     assert!(approvals.contains("You asked for this increase"));
     assert!(!approvals.contains(&format!("Approve request {id}")));
+    // Nor does the confirmation open for them.
+    let confirm = app
+        .get(&format!("/approvals/{id}/confirm"), Some(&admin))
+        .await;
+    assert!(
+        confirm
+            .body
+            .contains("another approver must decide it (four-eyes rule)"),
+        "{}",
+        confirm.body
+    );
+    assert!(!confirm.body.contains(r#"name="confirmed""#));
     // Posting anyway is refused with the rule's name.
     let said = decide(&app, id, "approve", "", &admin).await;
     assert!(said.contains("four-eyes rule"), "{said}");
@@ -688,10 +745,22 @@ async fn approving_a_follow_on_key_issues_a_linked_key_for_the_difference(pool: 
     .await;
     let id = latest_request(&pool).await;
     let approver = app.signed_in("lead@example.com", Role::Approver).await;
+    let confirm = app
+        .get(&format!("/approvals/{id}/confirm"), Some(&approver))
+        .await
+        .body;
+    assert!(
+        confirm.contains("This key's cap stays as it is."),
+        "{confirm}"
+    );
+    assert!(
+        confirm.contains("Approve: issue a key for 20.00"),
+        "{confirm}"
+    );
     let approved = app
         .post_form(
             &format!("/approvals/{id}/decide"),
-            "verdict=approve",
+            "verdict=approve&confirmed=yes",
             Some(&approver),
         )
         .await;
