@@ -54,6 +54,7 @@ test('create a key, ask for a higher cap and approve it as a second person, keyb
   await press(page, page.getByRole('button', { name: 'Request increase' }));
   await expect(page.getByRole('status')).toContainText('220.00 → 300.00 USD (+80.00)');
   await press(page, page.getByRole('button', { name: 'Sign out' }));
+  await expect(page.getByRole('button', { name: 'Sign in' })).toBeVisible();
 
   await signInByKeyboard(page, visit, accounts.approver);
   await visit('/approvals');
