@@ -112,6 +112,14 @@ impl KeyDraft {
 /// A field's message: (field name, message).
 pub type FieldErrors = Vec<(String, String)>;
 
+/// The message for `field` among `errors`, if it has one.
+pub fn field_error(errors: &FieldErrors, field: &str) -> Option<String> {
+    errors
+        .iter()
+        .find(|(name, _)| name == field)
+        .map(|(_, message)| message.clone())
+}
+
 /// An expected total suggested from what was billed before.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Suggestion {

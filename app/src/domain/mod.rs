@@ -44,7 +44,7 @@ pub use finding::{
     EvidenceCharge, EvidenceRecord, Finding, FindingEvidence, FindingFilter, FindingKind,
     FindingTotal, ReconciliationView, SyncSummary, MAX_BULK,
 };
-pub use key_draft::{FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
+pub use key_draft::{field_error, FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
 pub use key_list::{
     CallSummary, DecisionCount, KeyDetail, KeyFilter, KeyList, KeyQuery, KeySort, KEYS_PER_PAGE,
 };

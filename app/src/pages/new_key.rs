@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::{ErrorPanel, RequireRole},
-    domain::{DuplicatePolicy, KeyDraft, KeyForm, Role, KNOWN_ENDPOINTS},
+    domain::{field_error, DuplicatePolicy, KeyDraft, KeyForm, Role, KNOWN_ENDPOINTS},
     server_fns::new_key_form,
 };
 
@@ -47,14 +47,7 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
     }
     let has_errors = !errors.is_empty();
     let errors = StoredValue::new(errors);
-    let error_for = move |field: &str| {
-        errors.with_value(|errors| {
-            errors
-                .iter()
-                .find(|(name, _)| name == field)
-                .map(|(_, message)| message.clone())
-        })
-    };
+    let error_for = move |field: &str| errors.with_value(|errors| field_error(errors, field));
     let suggestion_text = suggestion.map(|s| {
         format!(
             "Suggested: {} {} — {}.",
@@ -159,14 +152,7 @@ fn CapFields(
     errors: Vec<(String, String)>,
 ) -> impl IntoView {
     let errors = StoredValue::new(errors);
-    let error_for = move |field: &str| {
-        errors.with_value(|errors| {
-            errors
-                .iter()
-                .find(|(name, _)| name == field)
-                .map(|(_, message)| message.clone())
-        })
-    };
+    let error_for = move |field: &str| errors.with_value(|errors| field_error(errors, field));
     let invalid = move |field: &str| error_for(field).is_some().to_string();
     let expected = RwSignal::new(expected_total.clone());
     let buffer = RwSignal::new(buffer_pct.clone());

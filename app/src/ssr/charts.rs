@@ -310,6 +310,13 @@ mod tests {
         assert!(svg.contains("5,000"), "the axis is labelled in major units");
     }
 
+    fn row(day: &str, cents: &[i64]) -> DayFigures {
+        DayFigures {
+            day: day.to_owned(),
+            amounts: cents.iter().copied().map(Cents).collect(),
+        }
+    }
+
     #[test]
     fn the_cumulative_figures_sum_each_day_and_carry_the_total() {
         let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
@@ -318,17 +325,9 @@ mod tests {
             (at("2026-07-03T23:00:00Z"), Cents(50)),
             (at("2026-07-05T00:00:00Z"), Cents(7)),
         ];
-        let rows = cumulative_by_day(&hourly);
-        let figures: Vec<_> = rows
-            .iter()
-            .map(|r| (r.day.as_str(), r.amounts.clone()))
-            .collect();
         assert_eq!(
-            figures,
-            [
-                ("2026-07-03", vec![Cents(150), Cents(150)]),
-                ("2026-07-05", vec![Cents(7), Cents(157)]),
-            ]
+            cumulative_by_day(&hourly),
+            [row("2026-07-03", &[150, 150]), row("2026-07-05", &[7, 157])]
         );
     }
 
@@ -339,17 +338,9 @@ mod tests {
             vec![(day(2), Cents(10)), (day(4), Cents(20))],
             vec![(day(4), Cents(5))],
         ];
-        let rows = by_day(&series);
-        let figures: Vec<_> = rows
-            .iter()
-            .map(|r| (r.day.as_str(), r.amounts.clone()))
-            .collect();
         assert_eq!(
-            figures,
-            [
-                ("2026-07-02", vec![Cents(10), Cents(0)]),
-                ("2026-07-04", vec![Cents(20), Cents(5)]),
-            ]
+            by_day(&series),
+            [row("2026-07-02", &[10, 0]), row("2026-07-04", &[20, 5])]
         );
     }
 }
