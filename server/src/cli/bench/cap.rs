@@ -286,7 +286,7 @@ impl Report {
         println!("\n{name}: {:.1} s", self.elapsed.as_secs_f64());
         println!(
             "  answers         {} succeeded, {} refused for the cap, {} other, {} retried after a broken connection \
-             ({} answers 409 while the killed call's lease ran)",
+             ({} answers 409 while the killed call's lease ran, or 503 while the ledger was unreachable)",
             self.succeeded,
             self.refused_cap,
             self.other_answers.len(),
@@ -479,7 +479,13 @@ impl Charger {
                 Err(err) => return Err(err.into()),
             };
             let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            if status.as_u16() == 409 && body["error"]["code"] == "idempotency_key_in_use" {
+            let in_use =
+                status.as_u16() == 409 && body["error"]["code"] == "idempotency_key_in_use";
+            // A restarted proxy whose ledger connection is not back yet
+            // fails closed and says to retry: nothing was forwarded.
+            let unavailable =
+                status.as_u16() == 503 && body["error"]["code"] == "spend_ledger_unavailable";
+            if in_use || unavailable {
                 // The call was in flight in a killed process: until the
                 // time that process answered for it has passed, Vaultcap
                 // says so, as Stripe would. Retried as Stripe's SDKs do.
