@@ -201,6 +201,8 @@ pub struct ApprovalPreview {
     pub expected_total: Cents,
     /// The most the key's cap may be raised to.
     pub ceiling: Cents,
+    /// What the key can move now: its cap plus its live follow-on keys'.
+    pub granted: Cents,
     /// The note typed on the Approvals page, carried to the decision.
     pub note: String,
 }
@@ -238,10 +240,11 @@ impl ApprovalPreview {
         Cents(self.headroom_now().0 + self.request.additional().0)
     }
 
-    /// Whether the raised cap would pass the ceiling (the key's cap moved
-    /// since the request was made).
-    pub fn passes_ceiling(&self) -> bool {
-        self.request.apply_as() == ApplyAs::RaiseCap && self.cap_after() > self.ceiling
+    /// Whether the key can move more or less than when this was asked (its
+    /// cap or a follow-on key changed since): the decision refuses to
+    /// approve it then, so the page offers no approval.
+    pub fn cap_moved(&self) -> bool {
+        self.granted.0 != self.request.from_cap_cents
     }
 }
 

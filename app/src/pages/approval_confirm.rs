@@ -4,7 +4,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{ApplyAs, ApprovalPreview, Role},
+    domain::{ApplyAs, ApprovalPreview, Cents, Role},
     error::AppError,
     server_fns::get_approval_preview,
 };
@@ -125,29 +125,41 @@ fn Confirmation(preview: ApprovalPreview) -> impl IntoView {
                 <div><dt>"Expected total"</dt><dd>{amount(preview.expected_total)}</dd></div>
                 <div><dt>"Ceiling for this key"</dt><dd>{amount(preview.ceiling)}</dd></div>
             </dl>
-            {preview.passes_ceiling().then(|| view! {
-                <div class="notice notice-error" role="alert">
-                    <p>"The raised cap would pass the key's ceiling: its cap moved since this was asked. Approving fails; reject it and ask for what is still needed."</p>
-                </div>
-            })}
         </section>
         <section class="panel" aria-labelledby="asked-heading">
             <h2 id="asked-heading">"What was asked"</h2>
             <p>{format!("{} asked {} ({} ago, {}): ", request.requested_by, request.origin_label(), request.age(), utc(request.requested_at))} <q>{request.reason.clone()}</q></p>
             <p class="hint">{format!("Undecided, it expires at {}.", utc(request.expires_at))}</p>
         </section>
-        <form class="panel stacked" method="post" action=format!("/approvals/{id}/decide")>
-            <input type="hidden" name="verdict" value="approve"/>
-            <input type="hidden" name="confirmed" value="yes"/>
-            <div class="field">
-                <label for="note">"Note (optional)"</label>
-                <input id="note" name="note" type="text" maxlength="2000" value=preview.note.clone()/>
-            </div>
-            <div class="form-actions">
-                <button type="submit" class="button button-primary">{confirm_label}</button>
-                <a class="button button-quiet" href="/approvals">"Back to Approvals"</a>
-            </div>
-        </form>
+        {if preview.cap_moved() {
+            view! {
+                <section class="panel panel-error" role="alert">
+                    <p>{format!(
+                        "This cannot be approved: {}'s cap changed since the request (from {} to {} {}). Reject it and ask again for what is still needed.",
+                        request.key_label,
+                        Cents(request.from_cap_cents).format(&request.currency()),
+                        preview.granted.format(&request.currency()),
+                        request.currency()
+                    )}</p>
+                    <p><a href="/approvals">"Back to Approvals"</a></p>
+                </section>
+            }.into_any()
+        } else {
+            view! {
+                <form class="panel stacked" method="post" action=format!("/approvals/{id}/decide")>
+                    <input type="hidden" name="verdict" value="approve"/>
+                    <input type="hidden" name="confirmed" value="yes"/>
+                    <div class="field">
+                        <label for="note">"Note (optional)"</label>
+                        <input id="note" name="note" type="text" maxlength="2000" value=preview.note.clone()/>
+                    </div>
+                    <div class="form-actions">
+                        <button type="submit" class="button button-primary">{confirm_label}</button>
+                        <a class="button button-quiet" href="/approvals">"Back to Approvals"</a>
+                    </div>
+                </form>
+            }.into_any()
+        }}
     }
     .into_any()
 }

@@ -152,6 +152,7 @@ pub async fn get_approval_preview(
         request,
         expected_total: Cents(key.expected_total_cents),
         ceiling: cap_increases::ceiling(&key, &state.cap_increases),
+        granted: Cents(requests::granted_cents(&state.pool, key.id).await?),
         note: note.unwrap_or_default(),
     })
 }

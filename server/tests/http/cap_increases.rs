@@ -941,3 +941,32 @@ async fn a_refused_call_and_its_alert_lead_to_a_prefilled_request(pool: PgPool) 
         .unwrap();
     assert_eq!(origin, format!("call:{call}"));
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_request_whose_key_moved_since_offers_no_approval(pool: PgPool) {
+    let (app, _stripe, _secret, key) = proxy_with_key(pool.clone(), 5_000).await;
+    let operator = app.signed_in("ops@example.com", Role::Operator).await;
+    app.post_form(
+        &format!("/keys/{key}/cap-increase-requests"),
+        &ask("60.00", "Ten new customers", "raise_cap"),
+        Some(&operator),
+    )
+    .await;
+    let id = latest_request(&pool).await;
+    sqlx::query("UPDATE vault_keys SET cap_cents = 5500 WHERE id = $1")
+        .bind(key)
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    let approver = app.signed_in("lead@example.com", Role::Approver).await;
+    let confirm = app
+        .get(&format!("/approvals/{id}/confirm"), Some(&approver))
+        .await
+        .body;
+    assert!(
+        confirm.contains("cap changed since the request (from 50.00 to 55.00 USD)"),
+        "{confirm}"
+    );
+    assert!(!confirm.contains(r#"name="confirmed""#));
+}
