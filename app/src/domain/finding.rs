@@ -218,6 +218,46 @@ impl SyncSummary {
     }
 }
 
+/// A finished sync older than this no longer speaks for Stripe: charges
+/// made since are unchecked.
+pub const SYNC_STALE_AFTER_HOURS: i64 = 24;
+
+/// Where a period's sync from Stripe stands. The page words each state
+/// once, and says that Stripe and the billing records agree only when a
+/// recent sync found nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SyncState {
+    /// No sync of the period ever started.
+    Never,
+    Running(SyncSummary),
+    /// The last sync stopped with an error; syncing again resumes it.
+    Failed(SyncSummary),
+    /// The last sync finished more than [`SYNC_STALE_AFTER_HOURS`] ago.
+    Stale(SyncSummary),
+    Fresh(SyncSummary),
+}
+
+impl SyncState {
+    pub fn of(last: Option<SyncSummary>, now: DateTime<Utc>) -> Self {
+        let Some(sync) = last else {
+            return Self::Never;
+        };
+        match (sync.finished_at, &sync.error) {
+            (Some(at), _) if now - at > chrono::Duration::hours(SYNC_STALE_AFTER_HOURS) => {
+                Self::Stale(sync)
+            }
+            (Some(_), _) => Self::Fresh(sync),
+            (None, Some(_)) => Self::Failed(sync),
+            (None, None) => Self::Running(sync),
+        }
+    }
+
+    /// Whether starting a sync now makes sense (one is not under way).
+    pub fn can_start(&self) -> bool {
+        !matches!(self, Self::Running(_))
+    }
+}
+
 /// What the Reconciliation page shows for one period.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReconciliationView {
@@ -226,7 +266,9 @@ pub struct ReconciliationView {
     pub period: String,
     /// Periods with synced charges or billing records, newest first.
     pub periods: Vec<String>,
-    pub last_sync: Option<SyncSummary>,
+    pub sync: SyncState,
+    /// Why this server cannot sync from Stripe at all (no secret key), if so.
+    pub sync_unavailable: Option<String>,
     pub totals: Vec<FindingTotal>,
     pub findings: Vec<Finding>,
     /// `open` (default), `resolved` or `all`.
@@ -433,5 +475,50 @@ impl BulkPreview {
             .map(|f| f.id.to_string())
             .collect::<Vec<_>>()
             .join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, TimeZone};
+
+    use super::*;
+
+    fn sync(finished: Option<DateTime<Utc>>, error: Option<&str>) -> SyncSummary {
+        SyncSummary {
+            started_at: Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap(),
+            finished_at: finished,
+            pages: 1,
+            charges_seen: 3,
+            intents_seen: 0,
+            error: error.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_sync_is_stale_a_day_after_it_finished_and_only_a_finished_one_is() {
+        let finished = Utc.with_ymd_and_hms(2026, 11, 30, 8, 5, 0).unwrap();
+        let done = sync(Some(finished), None);
+        let within = finished + Duration::hours(SYNC_STALE_AFTER_HOURS);
+        let after = within + Duration::seconds(1);
+        assert_eq!(SyncState::of(None, after), SyncState::Never);
+        assert_eq!(
+            SyncState::of(Some(done.clone()), within),
+            SyncState::Fresh(done.clone())
+        );
+        assert_eq!(
+            SyncState::of(Some(done.clone()), after),
+            SyncState::Stale(done)
+        );
+        let failed = sync(None, Some("Stripe answered 401"));
+        assert_eq!(
+            SyncState::of(Some(failed.clone()), after),
+            SyncState::Failed(failed)
+        );
+        let running = sync(None, None);
+        let state = SyncState::of(Some(running.clone()), after);
+        assert_eq!(state, SyncState::Running(running));
+        assert!(!state.can_start(), "one sync at a time");
+        assert!(SyncState::Never.can_start());
     }
 }

@@ -42,7 +42,7 @@ pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
 pub use finding::{
     at_risk_by_currency, counted, money_text, BulkAction, BulkPreview, EvidenceCall,
     EvidenceCharge, EvidenceRecord, Finding, FindingEvidence, FindingFilter, FindingKind,
-    FindingTotal, ReconciliationView, SyncSummary, MAX_BULK,
+    FindingTotal, ReconciliationView, SyncState, SyncSummary, MAX_BULK,
 };
 pub use key_draft::{field_error, FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
 pub use key_list::{

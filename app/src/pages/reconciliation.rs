@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{BulkAction, Finding, FindingKind, Me, ReconciliationView, Role},
+    domain::{BulkAction, Finding, FindingKind, Me, ReconciliationView, Role, SyncState},
     server_fns::get_reconciliation,
 };
 
@@ -95,48 +95,80 @@ fn Reconciliation(data: ReconciliationView, can_act: bool) -> impl IntoView {
 /// How often a page showing a running sync reloads.
 const SYNC_REFRESH_SECS: &str = "2";
 
+/// Where the period's sync stands, and the one action that moves it on:
+/// a Sync button when a sync can start and this person may start it, or
+/// the reason it cannot and what to do instead.
 #[component]
 fn SyncPanel(data: ReconciliationView, can_act: bool) -> impl IntoView {
     let period = data.period.clone();
-    let text = match &data.last_sync {
-        None => format!(
-            "{period} has not been synced from Stripe yet: sync it to detect findings (or run vaultcap reconcile --period {period} on the server)."
+    let (text, again) = match &data.sync {
+        SyncState::Never => (
+            format!("{period} has never been synced from Stripe, so no findings can show yet."),
+            format!("Sync {period} from Stripe"),
         ),
-        Some(sync) => match (&sync.finished_at, &sync.error) {
-            (Some(at), _) => format!("Last synced {}: {}.", utc(*at), sync.seen()),
-            (None, Some(error)) => format!(
-                "The sync started {} stopped after {}: {error}. Syncing again resumes it.",
-                utc(sync.started_at),
-                sync.seen()
-            ),
-            (None, None) => format!(
+        SyncState::Running(sync) => (
+            format!(
                 "A sync started {} is under way: {} so far. This page follows it.",
                 utc(sync.started_at),
                 sync.seen()
             ),
-        },
+            String::new(),
+        ),
+        SyncState::Failed(sync) => (
+            format!(
+                "The sync started {} failed after {}: {}.",
+                utc(sync.started_at),
+                sync.seen(),
+                sync.error.as_deref().unwrap_or_default()
+            ),
+            format!("Sync {period} again (resumes)"),
+        ),
+        SyncState::Stale(sync) => (
+            format!(
+                "Last synced {}, more than a day ago: charges made in Stripe since then are not checked.",
+                sync.finished_at.map(utc).unwrap_or_default()
+            ),
+            format!("Sync {period} again"),
+        ),
+        SyncState::Fresh(sync) => (
+            format!(
+                "Last synced {}: {}.",
+                sync.finished_at.map(utc).unwrap_or_default(),
+                sync.seen()
+            ),
+            format!("Sync {period} again"),
+        ),
     };
-    let running = data
-        .last_sync
-        .as_ref()
-        .is_some_and(|s| s.finished_at.is_none() && s.error.is_none());
-    let class = if data.last_sync.as_ref().is_some_and(|s| s.error.is_some()) {
-        "panel panel-error"
+    let running = matches!(data.sync, SyncState::Running(_));
+    let class = match data.sync {
+        SyncState::Failed(_) => "panel panel-error sync-panel",
+        SyncState::Never | SyncState::Stale(_) => "panel panel-warning sync-panel",
+        _ => "panel sync-panel",
+    };
+    let action = if !data.sync.can_start() {
+        None
+    } else if let Some(reason) = data.sync_unavailable.clone() {
+        Some(view! { <p class="hint" data-testid="sync-unavailable">{format!("Syncing is not possible: {reason}.")}</p> }.into_any())
+    } else if !can_act {
+        Some(view! { <p class="hint">"An operator can start a sync."</p> }.into_any())
     } else {
-        "panel"
+        Some(
+            view! {
+                <form method="post" action="/reconciliation/sync">
+                    <input type="hidden" name="period" value=period/>
+                    <button type="submit" class="button button-quiet">{again}</button>
+                </form>
+            }
+            .into_any(),
+        )
     };
     view! {
         // While a sync runs the page reloads itself, so its progress (pages
         // fetched, charges seen) and then its findings show without a click.
         {running.then(|| view! { <Meta http_equiv="refresh" content=SYNC_REFRESH_SECS/> })}
-        <section class=format!("{class} sync-panel") aria-label="Stripe sync" aria-live="polite">
+        <section class=class aria-label="Stripe sync" aria-live="polite">
             <p data-testid="sync-state">{text}</p>
-            {can_act.then(|| view! {
-                <form method="post" action="/reconciliation/sync">
-                    <input type="hidden" name="period" value=period.clone()/>
-                    <button type="submit" class="button button-quiet">{format!("Sync {period} from Stripe")}</button>
-                </form>
-            })}
+            {action}
         </section>
     }
     .into_any()
@@ -171,67 +203,88 @@ fn BulkPanel(data: ReconciliationView) -> impl IntoView {
     }
 }
 
+/// The money at risk in the period's open findings, per kind, whatever
+/// the filter below shows; nothing when none is open.
 #[component]
 fn Totals(data: ReconciliationView) -> impl IntoView {
-    view! {
+    (!data.totals.is_empty()).then(|| view! {
         <section class="panel" aria-labelledby="at-risk-heading">
-            <h2 id="at-risk-heading">{format!("Open findings in {}", data.period)}</h2>
-            {if data.totals.is_empty() {
-                view! { <p class="hint">"No open findings."</p> }.into_any()
-            } else {
-                view! {
-                    <div class="table-scroll" tabindex="0">
-                        <table class="data compact">
-                            <thead><tr>
-                                <th scope="col">"Kind"</th>
-                                <th scope="col" class="num">"Open"</th>
-                                <th scope="col" class="num">"Money at risk"</th>
-                            </tr></thead>
-                            <tbody>
-                                {data.totals.into_iter().map(|total| view! {
-                                    <tr data-kind=total.kind.as_str()>
-                                        <td>{total.kind.label()}</td>
-                                        <td class="num">{total.open}</td>
-                                        <td class="num"><Amount cents=total.at_risk currency=total.currency/></td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
-                }.into_any()
-            }}
+            <h2 id="at-risk-heading">{format!("Money at risk in {}", data.period)}</h2>
+            <p class="hint">"Open findings of every kind, whatever the filter shows."</p>
+            <div class="table-scroll" tabindex="0">
+                <table class="data compact">
+                    <thead><tr>
+                        <th scope="col">"Kind"</th>
+                        <th scope="col" class="num">"Open"</th>
+                        <th scope="col" class="num">"Money at risk"</th>
+                    </tr></thead>
+                    <tbody>
+                        {data.totals.into_iter().map(|total| view! {
+                            <tr data-kind=total.kind.as_str()>
+                                <td>{total.kind.label()}</td>
+                                <td class="num">{total.open}</td>
+                                <td class="num"><Amount cents=total.at_risk currency=total.currency/></td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
         </section>
-    }
-    .into_any()
+    })
 }
 
+/// The findings the filter selects, under a heading that names the
+/// filter. With none, it says Stripe and the billing records agree only
+/// when a sync finished within the day; otherwise just that none is here.
 #[component]
 fn Findings(data: ReconciliationView, can_act: bool) -> impl IntoView {
-    if data.findings.is_empty() {
-        let message = match data.state.as_str() {
-            "open" => "Nothing to resolve: Stripe and the billing records agree for this period (as of the last sync).",
-            "resolved" => "No finding of this period has been resolved yet.",
-            _ => "No findings for this period.",
+    let heading = match data.state.as_str() {
+        "open" => "Open findings",
+        "resolved" => "Resolved findings",
+        _ => "All findings",
+    };
+    let heading = match data.kind {
+        Some(kind) => format!("{heading}: {}", kind.label().to_lowercase()),
+        None => heading.to_owned(),
+    };
+    let body = if data.findings.is_empty() {
+        let message = match (data.state.as_str(), &data.sync) {
+            ("open", SyncState::Fresh(_)) if data.kind.is_none() && data.customer.is_empty() => {
+                "Nothing to resolve: Stripe and the billing records agree for this period."
+                    .to_owned()
+            }
+            ("open", SyncState::Stale(_)) => "Nothing to resolve as of the last sync.".to_owned(),
+            ("open", _) => "No open findings.".to_owned(),
+            ("resolved", _) => "No finding here has been resolved yet.".to_owned(),
+            _ => "No findings.".to_owned(),
         };
-        return view! { <section class="panel"><p>{message}</p></section> }.into_any();
-    }
+        view! { <p class="hint" data-testid="findings-empty">{message}</p> }.into_any()
+    } else {
+        view! {
+            <div class="table-scroll" tabindex="0">
+                <table class="data findings">
+                    <thead>
+                        <tr>
+                            <th scope="col">"Finding"</th>
+                            <th scope="col">"Charges"</th>
+                            <th scope="col" class="num">"At risk"</th>
+                            <th scope="col">"Why"</th>
+                            <th scope="col">{if can_act { "Resolve" } else { "State" }}</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        {data.findings.into_iter().map(|finding| view! { <FindingRow finding can_act/> }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+        }
+        .into_any()
+    };
     view! {
-        <div class="table-scroll" tabindex="0">
-            <table class="data findings">
-                <thead>
-                    <tr>
-                        <th scope="col">"Finding"</th>
-                        <th scope="col">"Charges"</th>
-                        <th scope="col" class="num">"At risk"</th>
-                        <th scope="col">"Why"</th>
-                        <th scope="col">{if can_act { "Resolve" } else { "State" }}</th>
-                    </tr>
-                </thead>
-                <tbody>
-                    {data.findings.into_iter().map(|finding| view! { <FindingRow finding can_act/> }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <section class="panel" aria-labelledby="findings-heading">
+            <h2 id="findings-heading">{heading}</h2>
+            {body}
+        </section>
     }
     .into_any()
 }

@@ -12,7 +12,9 @@ pub async fn get_reconciliation(
     customer: Option<String>,
 ) -> Result<ReconciliationView, AppError> {
     use crate::{
-        domain::{Cents, Currency, FindingFilter, FindingKind, FindingTotal, Role, SyncSummary},
+        domain::{
+            Cents, Currency, FindingFilter, FindingKind, FindingTotal, Role, SyncState, SyncSummary,
+        },
         ssr::{
             self,
             data::{findings, stripe_charges},
@@ -26,7 +28,8 @@ pub async fn get_reconciliation(
         customer.as_deref(),
         chrono::Utc::now(),
     )?;
-    let pool = &expect_context::<ssr::AppState>().pool;
+    let state = expect_context::<ssr::AppState>();
+    let pool = &state.pool;
     let name = filter.period.to_string();
     let last_sync = stripe_charges::last(pool, &name)
         .await?
@@ -55,7 +58,11 @@ pub async fn get_reconciliation(
         periods: findings::periods(pool).await?,
         export_query: filter.query(),
         period: name,
-        last_sync,
+        sync: SyncState::of(last_sync, chrono::Utc::now()),
+        sync_unavailable: (!state.stripe_configured).then(|| {
+            "this server has no Stripe secret key: start vaultcap serve with STRIPE_SECRET_KEY set"
+                .to_owned()
+        }),
         totals,
         state: filter.state().to_owned(),
         kind: filter.kind,

@@ -19,6 +19,9 @@ pub struct AppState {
     pub key_policy: KeyPolicy,
     /// The bounded pool sign-ins check passwords in.
     pub password_checks: PasswordChecks,
+    /// A Stripe secret key is configured, so the console can sync periods
+    /// (and the proxy forward calls).
+    pub stripe_configured: bool,
 }
 
 /// How cap increase requests are bounded.

@@ -118,6 +118,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.max_password_checks.into(),
             std::time::Duration::from_secs(3),
         ),
+        stripe_configured: upstream.is_configured(),
         cap_increases: CapIncreaseRules {
             request_ttl: chrono::Duration::hours(args.cap_request_ttl_hours),
             ceiling_pct: args.cap_ceiling_pct,

@@ -127,6 +127,7 @@ impl TestApp {
             auth: Arc::new(auth),
             cap_increases: Default::default(),
             password_checks: Default::default(),
+            stripe_configured: upstream.is_configured(),
             key_policy,
         };
         Self {

@@ -247,7 +247,7 @@ async fn operators_adopt_an_orphan_and_dismiss_a_duplicate_from_the_page(pool: P
         "{}",
         page.body
     );
-    assert!(page.body.contains("has not been synced from Stripe yet"));
+    assert!(page.body.contains("has never been synced from Stripe"));
     assert!(page.body.contains("ch_A</code> (keep)"), "{}", page.body);
     assert!(!page.body.contains("Adopt finding"), "viewers read");
     let refused = app
@@ -346,7 +346,7 @@ async fn operators_adopt_an_orphan_and_dismiss_a_duplicate_from_the_page(pool: P
         .get("/reconciliation?period=2026-07", Some(&ops))
         .await
         .body
-        .contains("Nothing to resolve"));
+        .contains("No open findings."));
 
     let logged: Vec<String> = sqlx::query_scalar(
         "SELECT action FROM operator_actions WHERE action LIKE 'finding.%' ORDER BY id",
@@ -820,4 +820,99 @@ async fn a_bulk_action_previews_count_and_money_then_resolves_exactly_those_once
     );
     assert_eq!(logged[0]["done"].as_array().unwrap().len(), 3);
     assert_eq!(logged[2]["reason"], "Both orders were real");
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_sync_panel_words_each_state_once_and_offers_only_a_sync_that_can_work(pool: PgPool) {
+    use crate::helpers::TestApp;
+    use app::domain::Role;
+
+    async fn page_for(app: &TestApp, cookie: String, query: &str) -> String {
+        app.get(
+            &format!("/reconciliation?period={PERIOD}{query}"),
+            Some(&cookie),
+        )
+        .await
+        .body
+    }
+    let sync_form = r#"action="/reconciliation/sync""#;
+    let agree = "Stripe and the billing records agree";
+
+    // This server has no Stripe key: no button that cannot work.
+    let app = TestApp::new(pool.clone());
+    let ops = app.signed_in("ops@example.com", Role::Operator).await;
+    let page = page_for(&app, ops.clone(), "").await;
+    assert!(page.contains("has never been synced from Stripe"), "{page}");
+    assert!(page.contains("Syncing is not possible: this server has no Stripe secret key"));
+    assert!(!page.contains(sync_form) && !page.contains(agree), "{page}");
+
+    // A server with one offers the sync to operators, and says so to viewers.
+    let with_stripe = TestApp::with_upstream(
+        pool.clone(),
+        "http://127.0.0.1:9",
+        std::time::Duration::from_secs(1),
+    );
+    let ops = with_stripe
+        .signed_in("ops2@example.com", Role::Operator)
+        .await;
+    let viewer = with_stripe
+        .signed_in("viewer@example.com", Role::Viewer)
+        .await;
+    assert!(page_for(&with_stripe, ops.clone(), "")
+        .await
+        .contains(sync_form));
+    let page = page_for(&with_stripe, viewer, "").await;
+    assert!(!page.contains(sync_form) && page.contains("An operator can start a sync."));
+
+    let sync = |started: &'static str,
+                finished: Option<&'static str>,
+                error: Option<&'static str>| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(
+                "INSERT INTO stripe_syncs (billing_period, created_from, created_to, started_at, finished_at, error)
+                 VALUES ($1, now() - interval '40 days', now(), now() - $2::interval,
+                         now() - $3::interval, $4)",
+            )
+            .bind(PERIOD)
+            .bind(started)
+            .bind(finished)
+            .bind(error)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    // Finished two days ago: agreement is not claimed.
+    sync("49 hours", Some("48 hours"), None).await;
+    let page = page_for(&with_stripe, ops.clone(), "").await;
+    assert!(page.contains("more than a day ago"), "{page}");
+    assert!(page.contains("Nothing to resolve as of the last sync."));
+    assert!(!page.contains(agree) && page.contains(sync_form));
+
+    // Finished a minute ago: now it is, once.
+    sync("2 minutes", Some("1 minute"), None).await;
+    let page = page_for(&with_stripe, ops.clone(), "").await;
+    assert_eq!(page.matches(agree).count(), 1, "{page}");
+    assert!(page.contains("Last synced") && !page.contains("more than a day ago"));
+    assert!(
+        page.contains(">Open findings</h2>"),
+        "the heading names the filter"
+    );
+    let all = page_for(&with_stripe, ops.clone(), "&state=all").await;
+    assert!(all.contains(">All findings</h2>") && !all.contains(">Open findings"));
+    assert!(!all.contains(agree), "agreement is about open findings");
+
+    // Under way: followed, and not started twice.
+    sync("10 seconds", None, None).await;
+    let page = page_for(&with_stripe, ops.clone(), "").await;
+    assert!(page.contains("is under way") && page.contains(r#"http-equiv="refresh""#));
+    assert!(!page.contains(sync_form) && !page.contains(agree), "{page}");
+
+    // Failed: the reason, and a sync that resumes it.
+    sync("5 seconds", None, Some("Stripe answered 401")).await;
+    let page = page_for(&with_stripe, ops, "").await;
+    assert!(page.contains("failed after") && page.contains("Stripe answered 401"));
+    assert!(page.contains("panel-error") && page.contains("again (resumes)"));
+    assert!(!page.contains(agree), "{page}");
 }

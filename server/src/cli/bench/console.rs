@@ -69,6 +69,7 @@ async fn measure(db: &BenchDatabase, args: &ConsoleBenchArgs) -> anyhow::Result<
         auth: Arc::new(AuthConfig::default()),
         cap_increases: Default::default(),
         password_checks: Default::default(),
+        stripe_configured: false,
         key_policy: Default::default(),
     };
     let upstream = Upstream::new(

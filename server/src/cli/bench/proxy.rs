@@ -60,6 +60,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         cap_increases: Default::default(),
         password_checks: Default::default(),
         key_policy: Default::default(),
+        stripe_configured: true,
     };
     let upstream = Upstream::new(
         &upstream_base,
