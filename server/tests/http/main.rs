@@ -11,6 +11,7 @@ mod alerts;
 mod audit;
 mod auth;
 mod cap_increases;
+mod demo;
 mod duplicate_guard;
 mod hostile;
 mod key_api;
