@@ -69,8 +69,17 @@ test('an operator revokes a key with a reason and the billing job is refused', a
   await signIn(accounts.admin);
   const secret = await createKey(page, visit, { label, expected: '100.00' });
 
+  // Two charges of 10.00 USD against a 110.00 USD cap.
+  const customers = `cust_revoked_${testInfo.project.name}`;
+  expect(runBillingJob(baseURL, secret, 2, 1_000, `${customers}_before`)).toHaveLength(2);
+
   await page.getByRole('link', { name: label }).click();
   const revoke = page.getByRole('region', { name: 'Revoke this key' });
+  // What revoking changes shows before anything is asked.
+  const consequences = revoke.getByTestId('revoke-consequences');
+  await expect(consequences).toContainText(/Spent: stays charged\s*20\.00\s*USD/);
+  await expect(consequences).toContainText(/Headroom given up\s*90\.00\s*USD/);
+  await expect(consequences).toContainText(/Calls so far\s*2, the last at/);
   await revoke.getByLabel(/Reason/).fill('Queue replayed: re-plan the run');
   await revoke.getByLabel(`Yes, revoke ${label} now`).check();
   await revoke.getByRole('button', { name: 'Revoke key' }).click();
@@ -78,8 +87,8 @@ test('an operator revokes a key with a reason and the billing job is refused', a
   await expect(page.getByRole('heading', { level: 1 })).toContainText('revoked');
   await expect(page.getByText('Reason: Queue replayed: re-plan the run')).toBeVisible();
 
-  const lines = runBillingJob(baseURL, secret, 1, 1_000, `cust_revoked_${testInfo.project.name}`);
-  expect(lines).toEqual([`cust_revoked_${testInfo.project.name}_0000 refused api_key_revoked`]);
+  const lines = runBillingJob(baseURL, secret, 1, 1_000, customers);
+  expect(lines).toEqual([`${customers}_0000 refused api_key_revoked`]);
 });
 
 test('the keys list filters and sorts with a plain form', async ({ page, signIn, visit }) => {

@@ -82,7 +82,7 @@ fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
         <KeyAlerts detail=detail.clone()/>
         <CapHistory detail=detail.clone()/>
         {raisable.then(|| view! { <PolicyForm id=key.id policy=detail.duplicate_policy/> })}
-        {revocable.then(|| view! { <RevokeForm id=key.id label=key.label.clone()/> })}
+        {revocable.then(|| view! { <RevokeForm detail=detail.clone()/> })}
     }
     .into_any()
 }
@@ -372,14 +372,39 @@ fn LatestCalls(detail: KeyDetail) -> impl IntoView {
     .into_any()
 }
 
-/// Revoking needs a reason and an explicit confirmation; the server checks
-/// both, so the form works the same without JavaScript.
+/// Revoking shows what it changes first (what was spent stays spent, what
+/// is in flight still settles, the headroom given up, the requests that
+/// lapse), then needs a reason and an explicit confirmation; the server
+/// checks both, so the form works the same without JavaScript.
 #[component]
-fn RevokeForm(id: i64, label: String) -> impl IntoView {
+fn RevokeForm(detail: KeyDetail) -> impl IntoView {
+    let key = detail.key.clone();
+    let id = key.id;
+    let currency = key.currency.clone();
+    let headroom = Cents((key.cap.0 - key.spent.0 - key.reserved.0).max(0));
+    let calls: i64 = detail.calls.iter().map(|c| c.calls).sum();
+    let last_call = detail.latest_calls.first().map(|call| utc(call.at));
+    let pending = detail
+        .cap_history
+        .iter()
+        .filter(|request| request.state() == RequestState::Pending)
+        .count();
     view! {
         <section class="panel panel-danger" aria-labelledby="revoke-heading">
             <h2 id="revoke-heading">"Revoke this key"</h2>
             <p>"The proxy refuses every call with this key from the next one on. This cannot be undone: the billing job needs a new key."</p>
+            <dl class="facts facts-money" data-testid="revoke-consequences">
+                <div><dt>"Spent: stays charged"</dt><dd><Amount cents=key.spent currency=currency.clone()/></dd></div>
+                <div><dt>"In flight: still settles"</dt><dd><Amount cents=key.reserved currency=currency.clone()/></dd></div>
+                <div><dt>"Headroom given up"</dt><dd><Amount cents=headroom currency=currency.clone()/></dd></div>
+                <div><dt>"Calls so far"</dt><dd>{match last_call {
+                    Some(at) => format!("{calls}, the last at {at}"),
+                    None => "none".to_owned(),
+                }}</dd></div>
+                {(pending > 0).then(|| view! {
+                    <div><dt>"Cap increase requests that lapse"</dt><dd>{pending}</dd></div>
+                })}
+            </dl>
             <form method="post" action=format!("/keys/{id}/revoke") class="stacked">
                 <div class="field">
                     <label for="revoke-reason">"Reason (recorded in the action log)"</label>
@@ -387,7 +412,7 @@ fn RevokeForm(id: i64, label: String) -> impl IntoView {
                 </div>
                 <div class="field field-check">
                     <input id="revoke-confirm" name="confirm" type="checkbox" value="yes" required/>
-                    <label for="revoke-confirm">{format!("Yes, revoke {label} now")}</label>
+                    <label for="revoke-confirm">{format!("Yes, revoke {} now", key.label)}</label>
                 </div>
                 <button type="submit" class="button button-danger">"Revoke key"</button>
             </form>
