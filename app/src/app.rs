@@ -10,8 +10,8 @@ use crate::{
     pages::{
         ActionLogPage, AlertsPage, ApiTokensPage, ApprovalConfirmPage, ApprovalsPage,
         AuditCallPage, AuditLogPage, BulkResolvePage, CapIncreasePage, FindingPage, InvitePage,
-        KeyPage, LoginPage, NewKeyPage, NotFoundPage, OperatorsPage, OverviewPage,
-        ReconciliationPage, TwoFactorPage, VaultKeysPage,
+        KeyPage, KeyRequestConfirmPage, LoginPage, NewKeyPage, NotFoundPage, OperatorsPage,
+        OverviewPage, ReconciliationPage, TwoFactorPage, VaultKeysPage,
     },
 };
 
@@ -71,6 +71,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/reconciliation/:id") view=FindingPage/>
                     <Route path=path!("/approvals") view=ApprovalsPage/>
                     <Route path=path!("/approvals/:id/confirm") view=ApprovalConfirmPage/>
+                    <Route path=path!("/key-requests/:id/confirm") view=KeyRequestConfirmPage/>
                     <Route path=path!("/account/two-factor") view=TwoFactorPage/>
                     <Route path=path!("/operators") view=OperatorsPage/>
                     <Route path=path!("/tokens") view=ApiTokensPage/>

@@ -116,6 +116,11 @@ test('a key beyond policy waits for an approver other than the token\'s maker, t
   const theirs = other.locator(`tr[data-key-request="${id}"]`);
   await theirs.getByRole('textbox', { name: `Note on key request ${id}` }).fill('month-end seats');
   await theirs.getByRole('button', { name: `Approve key request ${id}` }).click();
+  // Approve leads to what issuing the key means, and asks once more.
+  await expect(other.getByRole('heading', { level: 1 })).toHaveText(`Issue ${label} with a cap of 120.00 USD?`);
+  await expect(other.getByTestId('consequence')).toContainText('may charge up to 120.00 USD through the proxy');
+  await expect(other.getByLabel('Note (optional)')).toHaveValue('month-end seats');
+  await other.getByRole('button', { name: 'Approve: issue 120.00 USD' }).click();
   await expect(other.getByRole('status')).toContainText(`Approved key request #${id}: ${label} is issued with a cap of 120.00 USD`);
   await context.close();
 

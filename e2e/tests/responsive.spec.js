@@ -40,6 +40,15 @@ function pages() {
     SELECT id, cap_cents, cap_cents + 627000, 'raise_cap', 'Month-end upgrades',
            (SELECT id FROM operators WHERE email = 'approver@e2e.test'), now() + interval '1 day'
     FROM k RETURNING id`);
+  // A key beyond policy the approver asked for.
+  const keyRequest = sql(`INSERT INTO key_requests (label, billing_period, currency, expected_total_cents,
+        buffer_bps, cap_cents, allowed_endpoints, alert_thresholds_pct, duplicate_policy, key_expires_at,
+        secret_hash, secret_prefix, over_policy, policy_cap_cents, requested_by, expires_at)
+      VALUES ('${label}-new', '2026-11', 'eur', 600000, 2500, 750000, ARRAY['POST /v1/charges'], ARRAY[90]::smallint[],
+              'flag', now() + interval '30 days', sha256(convert_to('${label}-new', 'UTF8')), 'vk_e2erkr',
+              'a 25 % buffer is above the 10 % policy', 660000,
+              (SELECT id FROM operators WHERE email = 'approver@e2e.test'), now() + interval '1 day')
+      RETURNING id`);
   return [
     ['overview', '/'],
     ['keys', '/keys'],
@@ -54,6 +63,7 @@ function pages() {
     ...(finding ? [['finding', `/reconciliation/${finding}`]] : []),
     ['approvals', '/approvals'],
     ['approval-confirm', `/approvals/${request}/confirm`],
+    ['key-request-confirm', `/key-requests/${keyRequest}/confirm`],
     ['operators', '/operators'],
     ['tokens', '/tokens'],
     ['two-factor', '/account/two-factor'],

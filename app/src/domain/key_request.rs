@@ -53,3 +53,25 @@ impl KeyRequest {
         Cents(self.policy_cap_cents)
     }
 }
+
+/// What approving a key request does, shown before the approver confirms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRequestPreview {
+    pub request: KeyRequest,
+    /// The caps of the period's live keys in the request's currency, before
+    /// this one: what billing jobs may charge in it altogether.
+    pub live_caps: Cents,
+    /// The approver's note, carried from the Approvals page.
+    pub note: String,
+}
+
+impl KeyRequestPreview {
+    /// How far the cap goes beyond what policy issues without an approver.
+    pub fn above_policy(&self) -> Cents {
+        Cents((self.request.cap_cents - self.request.policy_cap_cents).max(0))
+    }
+
+    pub fn live_caps_after(&self) -> Cents {
+        Cents(self.live_caps.0 + self.request.cap_cents)
+    }
+}

@@ -48,7 +48,7 @@ pub use key_draft::{field_error, FieldErrors, KeyDraft, KeyForm, Suggestion, DEF
 pub use key_list::{
     CallSummary, DecisionCount, KeyDetail, KeyFilter, KeyList, KeyQuery, KeySort, KEYS_PER_PAGE,
 };
-pub use key_request::KeyRequest;
+pub use key_request::{KeyRequest, KeyRequestPreview};
 pub use money::{group_thousands, Cents, Currency, MAX_CENTS};
 pub use period::BillingPeriod;
 pub use role::Role;

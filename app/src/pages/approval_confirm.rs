@@ -4,9 +4,9 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{ApplyAs, ApprovalPreview, Cents, Role},
+    domain::{ApplyAs, ApprovalPreview, Cents, KeyRequestPreview, Role},
     error::AppError,
-    server_fns::get_approval_preview,
+    server_fns::{get_approval_preview, get_key_request_preview},
 };
 
 /// The step between an approver's Approve and the decision: what the
@@ -15,13 +15,7 @@ use crate::{
 /// form, so it is the same with JavaScript off.
 #[component]
 pub fn ApprovalConfirmPage() -> impl IntoView {
-    let params = use_params_map();
-    let query = use_query_map();
-    let args = move || {
-        let id = params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()));
-        (id, query.with(|q| q.get("note")))
-    };
-    let preview = Resource::new(args, |(id, note)| async move {
+    let preview = Resource::new(id_and_note(), |(id, note)| async move {
         match id {
             Some(id) => get_approval_preview(id, note).await,
             None => Err(AppError::NotFound),
@@ -34,19 +28,39 @@ pub fn ApprovalConfirmPage() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match preview.await {
                         Ok(preview) => view! { <Confirmation preview/> }.into_any(),
-                        Err(AppError::NotFound) => view! {
-                            <h1>"Request not found"</h1>
-                            <section class="panel"><p>"There is no such cap increase request. " <a href="/approvals">"Back to Approvals"</a></p></section>
-                        }.into_any(),
-                        Err(error) => view! {
-                            <h1>"Nothing to confirm"</h1>
-                            <ErrorPanel error/>
-                            <p><a href="/approvals">"Back to Approvals"</a></p>
-                        }.into_any(),
+                        Err(error) => nothing_to_confirm(error, "cap increase request"),
                     }
                 })}
             </Suspense>
         </RequireRole>
+    }
+}
+
+/// Why there is nothing to confirm: no such request (`what`), or one this
+/// approver may not decide (already decided, expired, their own).
+fn nothing_to_confirm(error: AppError, what: &str) -> AnyView {
+    match error {
+        AppError::NotFound => view! {
+            <h1>"Request not found"</h1>
+            <section class="panel"><p>{format!("There is no such {what}. ")} <a href="/approvals">"Back to Approvals"</a></p></section>
+        }
+        .into_any(),
+        error => view! {
+            <h1>"Nothing to confirm"</h1>
+            <ErrorPanel error/>
+            <p><a href="/approvals">"Back to Approvals"</a></p>
+        }
+        .into_any(),
+    }
+}
+
+/// The id in the path and the note carried from the Approvals page.
+fn id_and_note() -> impl Fn() -> (Option<i64>, Option<String>) + Clone + 'static {
+    let params = use_params_map();
+    let query = use_query_map();
+    move || {
+        let id = params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()));
+        (id, query.with(|q| q.get("note")))
     }
 }
 
@@ -160,6 +174,102 @@ fn Confirmation(preview: ApprovalPreview) -> impl IntoView {
                 </form>
             }.into_any()
         }}
+    }
+    .into_any()
+}
+
+/// The step between Approve on a key asked for beyond policy and its
+/// issue: what the key may charge, how far beyond policy that is, and what
+/// the period's live keys may charge altogether once it is issued.
+#[component]
+pub fn KeyRequestConfirmPage() -> impl IntoView {
+    let preview = Resource::new(id_and_note(), |(id, note)| async move {
+        match id {
+            Some(id) => get_key_request_preview(id, note).await,
+            None => Err(AppError::NotFound),
+        }
+    });
+    view! {
+        <Title text="Confirm the new key"/>
+        <RequireRole role=Role::Approver>
+            <Suspense>
+                {move || Suspend::new(async move {
+                    match preview.await {
+                        Ok(preview) => view! { <KeyConfirmation preview/> }.into_any(),
+                        Err(error) => nothing_to_confirm(error, "key request"),
+                    }
+                })}
+            </Suspense>
+        </RequireRole>
+    }
+}
+
+#[component]
+fn KeyConfirmation(preview: KeyRequestPreview) -> impl IntoView {
+    let request = preview.request.clone();
+    let id = request.id;
+    let currency = request.currency();
+    let amount = move |cents| view! { <Amount cents currency=currency.clone()/> };
+    let cap = format!(
+        "{} {}",
+        request.cap().format(&request.currency()),
+        request.currency()
+    );
+    view! {
+        <p class="breadcrumb"><a href="/approvals">"Approvals"</a> " / " {format!("Key request #{id}")}</p>
+        <h1>{format!("Issue {} with a cap of {cap}?", request.label)}</h1>
+        <section class="panel" aria-labelledby="change-heading">
+            <h2 id="change-heading">"What changes"</h2>
+            <p data-testid="consequence">{format!(
+                "{} is issued for {}: the billing job holding key {}… may charge up to {cap} through the proxy from the moment you confirm, {} {} more than policy allows without an approver.",
+                request.label,
+                request.billing_period,
+                request.secret_prefix,
+                preview.above_policy().format(&request.currency()),
+                request.currency()
+            )}</p>
+            <div class="table-scroll" tabindex="0">
+                <table class="data compact" data-testid="approval-figures">
+                    <thead>
+                        <tr>
+                            <th scope="col"></th>
+                            <th scope="col" class="num">"Now"</th>
+                            <th scope="col" class="num">"Once approved"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        <tr>
+                            <th scope="row">{format!("Caps of live {} {} keys", request.billing_period, request.currency())}</th>
+                            <td class="num">{amount(preview.live_caps)}</td>
+                            <td class="num"><strong>{amount(preview.live_caps_after())}</strong></td>
+                        </tr>
+                    </tbody>
+                </table>
+            </div>
+            <dl class="facts">
+                <div><dt>"Cap asked for"</dt><dd>{amount(request.cap())}</dd></div>
+                <div><dt>"Expected total"</dt><dd>{amount(Cents(request.expected_total_cents))}</dd></div>
+                <div><dt>"Policy allows"</dt><dd>{amount(request.policy_cap())}</dd></div>
+                <div><dt>"Above policy"</dt><dd>{amount(preview.above_policy())}</dd></div>
+            </dl>
+        </section>
+        <section class="panel" aria-labelledby="asked-heading">
+            <h2 id="asked-heading">"What was asked"</h2>
+            <p>{format!("{} asked at {}: beyond policy because {}", request.requested_by, utc(request.requested_at), request.over_policy)}</p>
+            <p class="hint">{format!("Undecided, it expires at {}.", utc(request.expires_at))}</p>
+        </section>
+        <form class="panel stacked" method="post" action=format!("/key-requests/{id}/decide")>
+            <input type="hidden" name="verdict" value="approve"/>
+            <input type="hidden" name="confirmed" value="yes"/>
+            <div class="field">
+                <label for="note">"Note (optional)"</label>
+                <input id="note" name="note" type="text" maxlength="2000" value=preview.note.clone()/>
+            </div>
+            <div class="form-actions">
+                <button type="submit" class="button button-primary">{format!("Approve: issue {cap}")}</button>
+                <a class="button button-quiet" href="/approvals">"Back to Approvals"</a>
+            </div>
+        </form>
     }
     .into_any()
 }

@@ -103,7 +103,8 @@ fn KeyRequestRow(request: KeyRequest, can_decide: bool, own: bool) -> impl IntoV
         view! { <p class="hint">"Waiting for an approver."</p> {expires} }.into_any()
     } else {
         view! {
-            <DecideForm action=format!("/key-requests/{id}/decide") subject=format!("key request {id}")/>
+            <DecideForm action=format!("/key-requests/{id}/decide") subject=format!("key request {id}")
+                confirm_at=format!("/key-requests/{id}/confirm")/>
             {expires}
         }
         .into_any()

@@ -24,7 +24,7 @@ mod vault_keys;
 pub use action_log::ActionLogPage;
 pub use alerts::AlertsPage;
 pub use api_tokens::ApiTokensPage;
-pub use approval_confirm::ApprovalConfirmPage;
+pub use approval_confirm::{ApprovalConfirmPage, KeyRequestConfirmPage};
 pub use approvals::ApprovalsPage;
 pub use audit_call::AuditCallPage;
 pub use audit_log::AuditLogPage;

@@ -156,3 +156,27 @@ pub async fn get_approval_preview(
         note: note.unwrap_or_default(),
     })
 }
+
+/// What approving a key asked for beyond policy would issue, for the
+/// confirmation page: refused when this approver may not decide it.
+#[server(endpoint = "get_key_request_preview")]
+pub async fn get_key_request_preview(
+    id: i64,
+    note: Option<String>,
+) -> Result<crate::domain::KeyRequestPreview, AppError> {
+    use crate::{
+        domain::{Cents, KeyRequestPreview, Role},
+        ssr::{self, data::key_requests as requests, key_requests},
+    };
+    let me = ssr::auth::require(Role::Approver)?;
+    let pool = &expect_context::<ssr::AppState>().pool;
+    let request = requests::find(pool, id).await?.ok_or(AppError::NotFound)?;
+    key_requests::decidable(&request, &me)?;
+    Ok(KeyRequestPreview {
+        live_caps: Cents(
+            requests::live_caps(pool, &request.billing_period, &request.currency).await?,
+        ),
+        request,
+        note: note.unwrap_or_default(),
+    })
+}

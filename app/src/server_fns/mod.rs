@@ -19,8 +19,9 @@ pub use audit::{
     ListActions, ListAudit,
 };
 pub use cap_increases::{
-    get_approval_preview, get_cap_increase_form, list_approvals, pending_approval_count,
-    GetApprovalPreview, GetCapIncreaseForm, ListApprovals, PendingApprovalCount,
+    get_approval_preview, get_cap_increase_form, get_key_request_preview, list_approvals,
+    pending_approval_count, GetApprovalPreview, GetCapIncreaseForm, GetKeyRequestPreview,
+    ListApprovals, PendingApprovalCount,
 };
 pub use me::{get_me, take_notice, GetMe, TakeNotice};
 pub use operators::{list_operators, ListOperators};

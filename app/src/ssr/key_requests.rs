@@ -148,22 +148,10 @@ pub async fn issue_or_request(
     })
 }
 
-/// Approves (issuing the key as asked) or rejects a waiting key. One
-/// decision wins when approvers act at once (the row is locked); the
-/// requester, or the maker of the token that asked, can never decide.
-pub async fn decide(
-    pool: &PgPool,
-    approver: &Me,
-    ip: Option<std::net::IpAddr>,
-    id: i64,
-    verdict: Verdict,
-    note: &str,
-) -> Result<KeyRequest, AppError> {
-    let note = decision_note(approver, verdict, note, "the key")?;
-    let mut tx = pool.begin().await?;
-    let request = key_requests::lock(&mut tx, id)
-        .await?
-        .ok_or(AppError::NotFound)?;
+/// Whether `approver` may decide `request` now: it waits for a decision
+/// and someone else asked for it.
+pub fn decidable(request: &KeyRequest, approver: &Me) -> Result<(), AppError> {
+    let id = request.id;
     match request.state() {
         RequestState::Pending => {}
         RequestState::Expired => {
@@ -184,6 +172,26 @@ pub async fn decide(
             "you asked for key request #{id} (or made the API token that did), so another approver must decide it (four-eyes rule)"
         )));
     }
+    Ok(())
+}
+
+/// Approves (issuing the key as asked) or rejects a waiting key. One
+/// decision wins when approvers act at once (the row is locked); the
+/// requester, or the maker of the token that asked, can never decide.
+pub async fn decide(
+    pool: &PgPool,
+    approver: &Me,
+    ip: Option<std::net::IpAddr>,
+    id: i64,
+    verdict: Verdict,
+    note: &str,
+) -> Result<KeyRequest, AppError> {
+    let note = decision_note(approver, verdict, note, "the key")?;
+    let mut tx = pool.begin().await?;
+    let request = key_requests::lock(&mut tx, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    decidable(&request, approver)?;
     let key = match verdict {
         Verdict::Approve => Some(key_requests::issue(&mut tx, id).await?),
         Verdict::Reject => None,

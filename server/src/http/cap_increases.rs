@@ -132,6 +132,18 @@ impl DecideForm {
             ))),
         }
     }
+
+    /// The verdict, refusing an approval that did not come through the
+    /// confirmation page (`what` names the request in the refusal).
+    fn confirmed_verdict(&self, what: &str) -> Result<Verdict, AppError> {
+        let verdict = self.verdict()?;
+        if verdict == Verdict::Approve && self.confirmed != "yes" {
+            return Err(AppError::Invalid(format!(
+                "{what} was not approved: press Approve on the Approvals page, check what it changes and confirm"
+            )));
+        }
+        Ok(verdict)
+    }
 }
 
 /// An approver's decision on a key asked for beyond policy.
@@ -145,7 +157,7 @@ pub async fn decide_key(
 ) -> Response {
     let outcome = async {
         let form = readable(form)?;
-        let verdict = form.verdict()?;
+        let verdict = form.confirmed_verdict(&format!("key request #{id}"))?;
         let request =
             key_requests::decide(&state.pool, &me, ip, id, verdict, &form.note).await?;
         let currency = request.currency();
@@ -175,13 +187,7 @@ pub async fn decide(
 ) -> Response {
     let outcome = async {
         let form = readable(form)?;
-        let verdict = form.verdict()?;
-        if verdict == Verdict::Approve && form.confirmed != "yes" {
-            return Err(AppError::Invalid(format!(
-                "request #{id} was not approved: press Approve on the Approvals page, check what it changes and confirm"
-            ))
-            .into());
-        }
+        let verdict = form.confirmed_verdict(&format!("request #{id}"))?;
         let decided =
             cap_increases::decide(&state.pool, &me, ip, id, verdict, &form.note).await?;
         let request = &decided.request;

@@ -27,11 +27,12 @@ fn native(expected: i64, cap: i64) -> Value {
     })
 }
 
+/// Decides as the console does: an approval comes from its confirmation page.
 async fn decide_key(app: &TestApp, id: i64, verdict: &str, note: &str, cookie: &str) -> String {
     let response = app
         .post_form(
             &format!("/key-requests/{id}/decide"),
-            &format!("verdict={verdict}&note={}", enc(note)),
+            &format!("verdict={verdict}&note={}&confirmed=yes", enc(note)),
             Some(cookie),
         )
         .await;
@@ -95,6 +96,44 @@ async fn a_key_beyond_the_buffer_policy_works_only_once_another_person_approves_
     let approvals = app.get("/approvals", Some(&approver)).await.body;
     assert!(approvals.contains("New keys beyond policy"));
     assert!(approvals.contains(&format!("Approve key request {id}")));
+    assert!(
+        approvals.contains(&format!(
+            r#"formaction="/key-requests/{id}/confirm" formmethod="get""#
+        )),
+        "Approve opens the confirmation first"
+    );
+
+    // Approving straight from the list, without the confirmation, issues nothing.
+    let unconfirmed = app
+        .post_form(
+            &format!("/key-requests/{id}/decide"),
+            "verdict=approve&note=",
+            Some(&approver),
+        )
+        .await;
+    assert_eq!(unconfirmed.status, StatusCode::SEE_OTHER);
+    let said = app.notice("/approvals", &approver).await;
+    assert!(said.contains("was not approved: press Approve"), "{said}");
+    let refused = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{}", refused.body);
+
+    // The confirmation says what the key may charge and how far beyond policy.
+    let confirm = app
+        .get(
+            &format!("/key-requests/{id}/confirm?note=month-end+seats"),
+            Some(&approver),
+        )
+        .await;
+    assert_eq!(confirm.status, StatusCode::OK, "{}", confirm.body);
+    assert!(
+        confirm.body.contains("may charge up to 110.01 USD")
+            && confirm.body.contains("0.01 USD more than policy allows"),
+        "{}",
+        confirm.body
+    );
+    assert!(confirm.body.contains(r#"value="month-end seats""#));
+    assert!(confirm.body.contains(r#"name="confirmed" value="yes""#));
+
     let said = decide_key(&app, id, "approve", "month-end seats", &approver).await;
     assert!(
         said.contains(&format!("Approved key request #{id}")),

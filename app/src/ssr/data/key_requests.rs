@@ -104,6 +104,23 @@ pub async fn pending(db: impl PgExecutor<'_>) -> Result<Vec<KeyRequest>, sqlx::E
     .await
 }
 
+/// The caps of `period`'s live keys in `currency`: what billing jobs may
+/// charge in it altogether now.
+pub async fn live_caps(
+    db: impl PgExecutor<'_>,
+    period: &str,
+    currency: &str,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(cap_cents), 0)::bigint FROM vault_keys
+         WHERE billing_period = $1 AND currency = $2 AND revoked_at IS NULL AND expires_at > now()",
+    )
+    .bind(period)
+    .bind(currency)
+    .fetch_one(db)
+    .await
+}
+
 /// Issues the requested key as asked, with the secret shown to the
 /// requester, created by the requester.
 pub async fn issue(tx: &mut PgConnection, id: i64) -> Result<VaultKeyRow, sqlx::Error> {
