@@ -55,9 +55,12 @@ impl ActionQuery {
             };
         let action = text("action", &self.action)?;
         if let Some(action) = &action {
-            if !action.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+            if !action
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'.')
+            {
                 return Err(ParseError::new(format!(
-                    "{action:?} is not an action name (lower case and underscores, like revoke_vault_key)"
+                    "{action:?} is not an action name (lower case, underscores and dots, like revoke_vault_key or alert.acknowledge)"
                 )));
             }
         }
@@ -123,10 +126,17 @@ pub struct ActionEntry {
     pub who: String,
     pub via: String,
     pub ip: Option<String>,
+    /// As recorded; `action_phrase` words it.
     pub action: String,
-    pub subject: String,
-    /// The details as JSON text.
-    pub details: String,
+    /// What it touched: `vault_key` and its id, `billing_period` and the period.
+    pub subject_type: String,
+    pub subject_id: Option<String>,
+    /// The currency of amounts in the details: the entry's own, or its
+    /// vault key's.
+    pub currency: Option<String>,
+    /// The details' names and values (as text), side by side.
+    pub detail_names: Vec<String>,
+    pub detail_values: Vec<String>,
 }
 
 /// One page of the action log and the links around it.

@@ -332,6 +332,21 @@ fn moment(raw: &str, end: bool) -> Result<DateTime<Utc>, ParseError> {
     )))
 }
 
+/// A time filter as a native `datetime-local` input shows it
+/// (`2026-11-30T14:00`); a date alone is the start of that day (`end`:
+/// of the next, where a `to` date ends). What is not a time is shown as
+/// given, so the error beside it and the field agree.
+pub fn datetime_local(raw: &Option<String>, end: bool) -> String {
+    match given(raw) {
+        None => String::new(),
+        Some(raw) => match moment(&raw, end) {
+            Ok(at) if at.timestamp() % 60 == 0 => at.format("%Y-%m-%dT%H:%M").to_string(),
+            Ok(at) => at.format("%Y-%m-%dT%H:%M:%S").to_string(),
+            Err(_) => raw,
+        },
+    }
+}
+
 /// One call as the audit log lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditCall {
@@ -378,6 +393,17 @@ pub struct AuditPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_filters_show_as_native_inputs_read_them() {
+        let shown = |raw: &str, end| datetime_local(&Some(raw.into()), end);
+        assert_eq!(shown("2026-11-30", false), "2026-11-30T00:00");
+        assert_eq!(shown("2026-11-30", true), "2026-12-01T00:00");
+        assert_eq!(shown("2026-11-30T12:00:05", false), "2026-11-30T12:00:05");
+        assert_eq!(shown("2026-11-30T14:00:00Z", true), "2026-11-30T14:00");
+        assert_eq!(shown("yesterday", false), "yesterday");
+        assert_eq!(datetime_local(&None, false), "");
+    }
 
     fn query(pairs: &[(&str, &str)]) -> AuditQuery {
         let mut q = AuditQuery::default();

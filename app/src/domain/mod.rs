@@ -2,6 +2,7 @@
 //! impossible to misuse after; no I/O here.
 
 mod action_query;
+mod action_words;
 mod alert;
 mod api_scope;
 mod audit_chain;
@@ -21,6 +22,7 @@ mod role;
 mod two_factor;
 
 pub use action_query::{ActionEntry, ActionFilter, ActionPage, ActionQuery, ACTION_SOURCES};
+pub use action_words::{action_phrase, ActionSubject};
 pub use alert::{Alert, AlertState, AlertsView};
 pub use api_scope::{
     parse_token_ceiling, parse_token_days, ApiScope, ApiTokenSummary, TokenStatus,
@@ -28,8 +30,8 @@ pub use api_scope::{
 };
 pub use audit_chain::{ChainStatus, LogIntegrity};
 pub use audit_query::{
-    AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, Cursor, DecisionFilter,
-    Position, AUDIT_PAGE_SIZES, DEFAULT_AUDIT_PAGE_SIZE,
+    datetime_local, AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, Cursor,
+    DecisionFilter, Position, AUDIT_PAGE_SIZES, DEFAULT_AUDIT_PAGE_SIZE,
 };
 pub use cap_increase::{
     ApplyAs, ApprovalPreview, ApprovalsView, CapIncrease, CapIncreaseDraft, CapIncreaseForm,

@@ -2,9 +2,13 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
+use super::audit_log::TimeField;
 use crate::{
     components::{utc, ErrorPanel, KeysetPager, RequireRole},
-    domain::{ActionPage, ActionQuery, Role, ACTION_SOURCES, AUDIT_PAGE_SIZES},
+    domain::{
+        action_phrase, datetime_local, ActionEntry, ActionPage, ActionQuery, Role, ACTION_SOURCES,
+        AUDIT_PAGE_SIZES,
+    },
     server_fns::list_actions,
 };
 
@@ -53,14 +57,8 @@ fn ActionFilters(query: ActionQuery, known: Vec<String>) -> impl IntoView {
     let limit = query.limit.clone().unwrap_or_else(|| "50".into());
     view! {
         <form class="filters audit-filters" method="get" action="/actions" role="search" aria-label="Filter the action log">
-            <div class="field">
-                <label for="actions-from">"From (UTC)"</label>
-                <input id="actions-from" name="from" type="text" value=value(&query.from) placeholder="2026-11-30"/>
-            </div>
-            <div class="field">
-                <label for="actions-to">"To (UTC)"</label>
-                <input id="actions-to" name="to" type="text" value=value(&query.to) placeholder="2026-11-30"/>
-            </div>
+            <TimeField id="actions-from" name="from" label="From (UTC)" value=datetime_local(&query.from, false)/>
+            <TimeField id="actions-to" name="to" label="Before (UTC)" value=datetime_local(&query.to, true)/>
             <div class="field">
                 <label for="actions-operator">"Operator email"</label>
                 <input id="actions-operator" name="operator" type="text" maxlength="200" value=value(&query.operator)/>
@@ -71,7 +69,7 @@ fn ActionFilters(query: ActionQuery, known: Vec<String>) -> impl IntoView {
                     <option value="">"Any action"</option>
                     {known.into_iter().map(|name| {
                         let selected = name == action;
-                        view! { <option value=name.clone() selected=selected>{name.replace('_', " ")}</option> }
+                        view! { <option value=name.clone() selected=selected>{action_phrase(&name)}</option> }
                     }).collect_view()}
                 </select>
             </div>
@@ -122,25 +120,58 @@ fn ActionTable(page: ActionPage, query: ActionQuery) -> impl IntoView {
                     <tr>
                         <th scope="col">"Time (UTC)"</th>
                         <th scope="col">"Who"</th>
-                        <th scope="col">"Action"</th>
-                        <th scope="col">"Subject"</th>
+                        <th scope="col">"What"</th>
                         <th scope="col">"Details"</th>
                     </tr>
                 </thead>
                 <tbody>
-                    {page.actions.into_iter().map(|a| view! {
-                        <tr data-action=a.id>
-                            <td class="nowrap">{utc(a.at)}</td>
-                            <td>{a.who.clone()} <div class="hint">{format!("{}{}", a.via, a.ip.clone().map(|ip| format!(" · {ip}")).unwrap_or_default())}</div></td>
-                            <td class="nowrap">{a.action.replace('_', " ")}</td>
-                            <td class="nowrap"><code>{a.subject.clone()}</code></td>
-                            <td><code class="details">{a.details.clone()}</code></td>
-                        </tr>
+                    {page.actions.into_iter().map(|a| {
+                        let source = format!("{}{}", a.via, a.ip.as_ref().map(|ip| format!(" · {ip}")).unwrap_or_default());
+                        view! {
+                            <tr data-action=a.id>
+                                <td class="nowrap">{utc(a.at)}</td>
+                                <td>{a.who.clone()} <div class="hint">{source}</div></td>
+                                <td><ActionWhat entry=a.clone()/></td>
+                                <td><ActionDetails entry=a.clone()/></td>
+                            </tr>
+                        }
                     }).collect_view()}
                 </tbody>
             </table>
         </div>
         {pager}
+    }
+    .into_any()
+}
+
+/// What an entry did, as a phrase with what it touched linked:
+/// "Revoked vault key 12".
+#[component]
+pub fn ActionWhat(entry: ActionEntry) -> impl IntoView {
+    let phrase = action_phrase(&entry.action);
+    let subject = entry.subject().map(|subject| match subject.href {
+        Some(href) => view! { <a href=href>{subject.words}</a> }.into_any(),
+        None => subject.words.into_any(),
+    });
+    let phrase = if subject.is_some() {
+        format!("{phrase} ")
+    } else {
+        phrase
+    };
+    view! { <span data-action-name=entry.action.clone()>{phrase}{subject}</span> }
+}
+
+/// An entry's details as named values.
+#[component]
+pub fn ActionDetails(entry: ActionEntry) -> impl IntoView {
+    let pairs = entry.detail_pairs();
+    if pairs.is_empty() {
+        return view! { <span class="hint">"—"</span> }.into_any();
+    }
+    view! {
+        <dl class="details-list">
+            {pairs.into_iter().map(|(name, value)| view! { <div><dt>{name}</dt><dd>{value}</dd></div> }).collect_view()}
+        </dl>
     }
     .into_any()
 }

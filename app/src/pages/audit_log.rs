@@ -6,8 +6,8 @@ use crate::{
     components::utc,
     components::{Amount, ErrorPanel, KeysetPager, RequireRole},
     domain::{
-        group_thousands, AuditCall, AuditPage, AuditQuery, ChainStatus, Decision, LogIntegrity,
-        Role, AUDIT_PAGE_SIZES,
+        datetime_local, group_thousands, AuditCall, AuditPage, AuditQuery, ChainStatus, Decision,
+        LogIntegrity, Role, AUDIT_PAGE_SIZES,
     },
     server_fns::{audit_integrity, list_audit},
 };
@@ -88,8 +88,8 @@ fn AuditFilters(query: AuditQuery) -> impl IntoView {
     };
     view! {
         <form class="filters audit-filters" method="get" action="/audit" role="search" aria-label="Filter the audit log">
-            {text("from", "From (UTC)", value(&query.from), "2026-11-30 or 2026-11-30T14:00")}
-            {text("to", "To (UTC)", value(&query.to), "2026-11-30")}
+            <TimeField id="audit-from" name="from" label="From (UTC)" value=datetime_local(&query.from, false)/>
+            <TimeField id="audit-to" name="to" label="Before (UTC)" value=datetime_local(&query.to, true)/>
             {text("customer_id", "Customer (metadata)", value(&query.customer_id), "cust_000123")}
             {text("customer", "Stripe customer", value(&query.customer), "cus_…")}
             <div class="field">
@@ -259,4 +259,20 @@ fn Integrity(integrity: LogIntegrity) -> impl IntoView {
         </div>
     });
     view! { {chain} {role} }
+}
+
+/// A UTC time filter as a native date and time input (to the second).
+#[component]
+pub fn TimeField(
+    id: &'static str,
+    name: &'static str,
+    label: &'static str,
+    value: String,
+) -> impl IntoView {
+    view! {
+        <div class="field">
+            <label for=id>{label}</label>
+            <input id=id name=name type="datetime-local" step="1" value=value/>
+        </div>
+    }
 }

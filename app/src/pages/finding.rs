@@ -2,7 +2,10 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
-use super::reconciliation::{FindingActions, Resolution};
+use super::{
+    action_log::{ActionDetails, ActionWhat},
+    reconciliation::{FindingActions, Resolution},
+};
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
     domain::{EvidenceCharge, FindingEvidence, Me, Role},
@@ -120,15 +123,15 @@ fn Evidence(evidence: FindingEvidence, can_act: bool) -> impl IntoView {
                         <table class="data compact">
                             <thead><tr>
                                 <th scope="col">"Time (UTC)"</th><th scope="col">"Who"</th>
-                                <th scope="col">"Action"</th><th scope="col">"Details"</th>
+                                <th scope="col">"What"</th><th scope="col">"Details"</th>
                             </tr></thead>
                             <tbody>
                                 {evidence.history.into_iter().map(|entry| view! {
                                     <tr>
                                         <td class="nowrap">{entry.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
-                                        <td>{entry.who}</td>
-                                        <td><code>{entry.action}</code></td>
-                                        <td class="details"><code>{entry.details}</code></td>
+                                        <td>{entry.who.clone()}</td>
+                                        <td><ActionWhat entry=entry.clone()/></td>
+                                        <td><ActionDetails entry/></td>
                                     </tr>
                                 }).collect_view()}
                             </tbody>

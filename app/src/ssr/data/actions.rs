@@ -71,11 +71,14 @@ pub async fn for_subject(
 
 /// An action as the console lists it; `a` is operator_actions.
 const SELECT_ENTRY: &str = "SELECT a.id, a.at, COALESCE(o.email, 'API token ' || t.name, CASE a.via WHEN 'cli' THEN 'command line' WHEN 'console' THEN 'not signed in' ELSE 'Vaultcap' END) AS who,
-        a.via, host(a.ip) AS ip, a.action,
-        a.subject_type || COALESCE(' ' || a.subject_id, '') AS subject, a.details::text AS details
+        a.via, host(a.ip) AS ip, a.action, a.subject_type, a.subject_id,
+        COALESCE(a.details->>'currency', k.currency) AS currency,
+        ARRAY(SELECT d.key FROM jsonb_each_text(a.details) d WHERE d.value IS NOT NULL ORDER BY d.key) AS detail_names,
+        ARRAY(SELECT d.value FROM jsonb_each_text(a.details) d WHERE d.value IS NOT NULL ORDER BY d.key) AS detail_values
      FROM operator_actions a
      LEFT JOIN operators o ON o.id = a.operator_id
-     LEFT JOIN api_tokens t ON t.id = a.api_token_id";
+     LEFT JOIN api_tokens t ON t.id = a.api_token_id
+     LEFT JOIN vault_keys k ON k.id = CASE WHEN a.subject_type = 'vault_key' THEN a.subject_id::bigint END";
 
 /// One page of the action log matching `filter`, newest first, with the
 /// links around it (keyset paging on `(at, id)`).
