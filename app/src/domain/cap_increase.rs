@@ -322,6 +322,14 @@ impl CapSuggestion {
     }
 }
 
+/// Charges the cap refused on a key that no later call with the same
+/// Idempotency-Key got through: billing still to come.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedCharges {
+    pub charges: i64,
+    pub total: Cents,
+}
+
 /// What the request form shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CapIncreaseForm {
@@ -335,6 +343,9 @@ pub struct CapIncreaseForm {
     pub origin: String,
     /// A refused charge the request is about (from an alert or a call).
     pub refused_charge: Option<Cents>,
+    /// The charges the cap refused that have not got through since
+    /// (opened from the key's page).
+    pub refused_waiting: RefusedCharges,
     /// A request already waiting for this key: a second one is refused.
     pub pending: Option<CapIncrease>,
     /// The form as typed when it was refused last.

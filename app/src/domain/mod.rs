@@ -35,7 +35,7 @@ pub use audit_query::{
 };
 pub use cap_increase::{
     ApplyAs, ApprovalPreview, ApprovalsView, CapIncrease, CapIncreaseDraft, CapIncreaseForm,
-    CapSuggestion, RequestState,
+    CapSuggestion, RefusedCharges, RequestState,
 };
 pub use decision::Decision;
 pub use duplicate_policy::DuplicatePolicy;

@@ -67,27 +67,35 @@ fn RequestForm(form: CapIncreaseForm) -> impl IntoView {
     let follow_on = draft.apply_as == ApplyAs::FollowOnKey.as_str();
     let derivation = form.suggestion.derivation(&currency);
     let origin = form.origin.clone();
-    let closed = form.pending.clone().map(|pending| {
-        view! {
-            <div class="notice notice-error" role="alert">
+    // Where no request can be made, the reason and what to do replace the form.
+    let closed = if let Some(pending) = form.pending.clone() {
+        Some(view! {
+            <section class="panel" data-testid="no-request">
                 <p>
-                    {format!("Request #{} ({}) already waits for a decision on this key. ", pending.id, pending.change())}
+                    {format!("Request #{} ({}) already waits for a decision on this key; a second one cannot be made until it is decided. ", pending.id, pending.change())}
                     <a href="/approvals">"See it on the Approvals page"</a>
                 </p>
-            </div>
-        }
-    });
-    let usable = key.status == crate::domain::KeyStatus::Active;
-    let waiting = form.pending.is_some();
+            </section>
+        }.into_any())
+    } else if key.status != crate::domain::KeyStatus::Active {
+        Some(
+            view! {
+                <section class="panel panel-warning" data-testid="no-request">
+                    <p>
+                        {format!("This key is {}: its cap cannot be raised. ", key.status.as_str())}
+                        <a href="/keys/new">"Issue a new key for the run"</a>
+                    </p>
+                </section>
+            }
+            .into_any(),
+        )
+    } else {
+        None
+    };
+    let refused_waiting = form.refused_waiting;
     view! {
         <p class="breadcrumb"><a href="/keys">"Vault keys"</a> " / " <a href=format!("/keys/{id}")>{key.label.clone()}</a></p>
         <h1>{format!("Request a cap increase for {}", key.label)}</h1>
-        {closed}
-        {(!usable).then(|| view! {
-            <div class="notice notice-error" role="alert">
-                <p>{format!("This key is {}: its cap cannot be raised. Issue a new key for the run.", key.status.as_str())}</p>
-            </div>
-        })}
         <section class="panel" aria-labelledby="now-heading">
             <h2 id="now-heading">"Where the key stands"</h2>
             <UtilizationMeter key=key.clone() large=true/>
@@ -101,8 +109,21 @@ fn RequestForm(form: CapIncreaseForm) -> impl IntoView {
             {form.refused_charge.map(|cents| view! {
                 <p class="hint">"The refused charge this request is about: " <Amount cents currency=currency.clone()/></p>
             })}
+            {(refused_waiting.charges > 0).then(|| view! {
+                <p data-testid="refused-waiting">
+                    {match refused_waiting.charges {
+                        1 => "1 charge the cap refused has not got through since: ".to_owned(),
+                        n => format!("{n} charges the cap refused have not got through since: "),
+                    }}
+                    <Amount cents=refused_waiting.total currency=currency.clone()/>
+                    " "<a href=format!("/audit?key={id}&decision=refused_cap")>"See them in the audit log"</a>
+                </p>
+            })}
         </section>
 
+        {match closed {
+            Some(reason) => reason,
+            None => view! {
         <form class="panel stacked" method="get" action=format!("/keys/{id}/cap-increase") aria-labelledby="suggest-heading">
             <h2 id="suggest-heading">"Suggested cap"</h2>
             <p class="derivation" data-testid="suggestion-derivation">{derivation}</p>
@@ -111,7 +132,7 @@ fn RequestForm(form: CapIncreaseForm) -> impl IntoView {
                 <label for="remaining">"Billing still to come"</label>
                 <input id="remaining" name="remaining" type="text" inputmode="decimal" class="num"
                     value=form.suggestion.remaining.format(&currency) aria-describedby="remaining-hint"/>
-                <span class="hint" id="remaining-hint">"Defaults to the expected total not yet spent, and at least the refused charge."</span>
+                <span class="hint" id="remaining-hint">"Defaults to the expected total not yet spent, and at least what the cap refused."</span>
             </div>
             <button type="submit" class="button button-quiet">"Recalculate"</button>
         </form>
@@ -148,10 +169,12 @@ fn RequestForm(form: CapIncreaseForm) -> impl IntoView {
                 utc(form.decide_by)
             )}</p>
             <div class="form-actions">
-                <button type="submit" class="button button-primary" disabled=!usable || waiting>"Request increase"</button>
+                <button type="submit" class="button button-primary">"Request increase"</button>
                 <a class="button button-quiet" href=format!("/keys/{id}")>"Cancel"</a>
             </div>
         </form>
+            }.into_any(),
+        }}
     }
     .into_any()
 }

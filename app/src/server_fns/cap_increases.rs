@@ -54,9 +54,15 @@ pub async fn get_cap_increase_form(
         },
         _ => None,
     };
+    let refused_waiting = audit::refused_waiting(pool, key).await?;
+    // Billing still to come: the expected total not yet spent, and at least
+    // what the cap refused (the charge asked about, or all that wait).
     let unspent = Cents((row.expected_total_cents - row.spent_cents).max(0));
+    let refused = refused_charge
+        .unwrap_or_default()
+        .max(refused_waiting.total);
     let remaining = match remaining.as_deref().map(str::trim) {
-        None | Some("") => unspent.max(refused_charge.unwrap_or_default()),
+        None | Some("") => unspent.max(refused),
         Some("0") => Cents(0),
         Some(typed) => Cents::parse_amount(typed, &currency)
             .map_err(|err| AppError::Invalid(format!("remaining billing: {}", err.0)))?,
@@ -77,6 +83,7 @@ pub async fn get_cap_increase_form(
         suggestion,
         origin,
         refused_charge,
+        refused_waiting,
         pending,
         draft,
         decide_by: (chrono::Utc::now() + state.cap_increases.request_ttl).min(row.expires_at),

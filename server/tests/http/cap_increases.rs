@@ -93,7 +93,7 @@ async fn an_operator_asks_an_approver_approves_and_the_refused_charge_goes_throu
     assert_eq!(form.status, StatusCode::OK);
     assert!(
         form.body.contains(
-            "spent 50.00 + reserved 0.00 + remaining billing 0.00 × 1.1 = 50.00 USD: the current cap 50.00 already covers it."
+            "spent 50.00 + reserved 0.00 + remaining billing 10.00 × 1.1 = 61.00 USD, rounded up"
         ),
         "{}",
         form.body
@@ -969,4 +969,68 @@ async fn a_request_whose_key_moved_since_offers_no_approval(pool: PgPool) {
         "{confirm}"
     );
     assert!(!confirm.contains(r#"name="confirmed""#));
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_suggestion_from_a_keys_page_counts_the_charges_the_cap_refused(pool: PgPool) {
+    // Cap 50.00, charges of 10.00: five go through, three more are refused
+    // (one retried under its Idempotency-Key, still one charge).
+    let (app, _stripe, secret, key) = proxy_with_key(pool.clone(), 5_000).await;
+    for _ in 0..5 {
+        let charged = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+        assert_eq!(charged.status, StatusCode::OK, "{}", charged.body);
+    }
+    for idempotency_key in ["run-6", "run-7", "run-8", "run-8"] {
+        let refused = app
+            .stripe(
+                "/v1/charges",
+                &secret,
+                CHARGE,
+                &[("Idempotency-Key", idempotency_key)],
+            )
+            .await;
+        assert_eq!(
+            refused.status,
+            StatusCode::PAYMENT_REQUIRED,
+            "{}",
+            refused.body
+        );
+    }
+    let operator = app.signed_in("ops@example.com", Role::Operator).await;
+    let from_the_key_page = format!("/keys/{key}/cap-increase");
+
+    let page = app.get(&from_the_key_page, Some(&operator)).await.body;
+    assert!(
+        page.contains("3 charges the cap refused have not got through since"),
+        "{page}"
+    );
+    assert!(
+        page.contains(
+            "spent 50.00 + reserved 0.00 + remaining billing 30.00 × 1.1 = 83.00 USD, rounded up"
+        ),
+        "{page}"
+    );
+    assert!(!page.contains("already covers it"), "{page}");
+
+    // Once one of them gets through, two wait.
+    sqlx::query("UPDATE vault_keys SET cap_cents = 6000 WHERE id = $1")
+        .bind(key)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let retried = app
+        .stripe(
+            "/v1/charges",
+            &secret,
+            CHARGE,
+            &[("Idempotency-Key", "run-7")],
+        )
+        .await;
+    assert_eq!(retried.status, StatusCode::OK, "{}", retried.body);
+    let page = app.get(&from_the_key_page, Some(&operator)).await.body;
+    assert!(
+        page.contains("2 charges the cap refused have not got through since"),
+        "{page}"
+    );
+    assert!(page.contains("remaining billing 20.00 × 1.1"), "{page}");
 }

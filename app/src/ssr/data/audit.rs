@@ -9,7 +9,7 @@ use super::keyset;
 
 use crate::domain::{
     AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, CallSummary, Cents, Currency,
-    Decision, DecisionFilter, Position,
+    Decision, DecisionFilter, Position, RefusedCharges,
 };
 
 /// Everything recorded about one call.
@@ -233,6 +233,36 @@ impl CallListRow {
             latency_ms: self.latency_ms,
         })
     }
+}
+
+/// The charges the cap refused on `key` that no later allowed call with
+/// the same Idempotency-Key got through. A refusal retried under one
+/// Idempotency-Key is one charge; the latest 1,000 refusals are counted.
+pub async fn refused_waiting(
+    db: impl PgExecutor<'_>,
+    key: i64,
+) -> Result<RefusedCharges, sqlx::Error> {
+    let (charges, total): (i64, i64) = sqlx::query_as(
+        "WITH refused AS (
+             SELECT id, idempotency_key, amount_cents FROM audit_log
+             WHERE vault_key_id = $1 AND decision = 'refused_cap' AND amount_cents IS NOT NULL
+             ORDER BY at DESC, id DESC LIMIT 1000
+         ), charges AS (
+             SELECT DISTINCT ON (COALESCE(idempotency_key, 'call ' || id)) idempotency_key, amount_cents
+             FROM refused ORDER BY COALESCE(idempotency_key, 'call ' || id), id DESC
+         )
+         SELECT count(*), COALESCE(sum(amount_cents), 0)::bigint FROM charges c
+         WHERE c.idempotency_key IS NULL OR NOT EXISTS (
+             SELECT 1 FROM audit_log a
+             WHERE a.idempotency_key = c.idempotency_key AND a.vault_key_id = $1 AND a.decision = 'allowed')",
+    )
+    .bind(key)
+    .fetch_one(db)
+    .await?;
+    Ok(RefusedCharges {
+        charges,
+        total: Cents(total),
+    })
 }
 
 /// One call with everything recorded about it.
