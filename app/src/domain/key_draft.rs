@@ -99,13 +99,17 @@ impl KeyDraft {
         }
     }
 
-    /// The currency, expected total and cap, when those fields are valid:
-    /// what the live preview shows.
-    pub fn preview(&self) -> Option<(Currency, Cents, Cents)> {
-        let currency = Currency::parse(&self.currency).ok()?;
-        let expected = Cents::parse_amount(&self.expected_total, &currency).ok()?;
-        let cap = expected.with_buffer(self.buffer_bps().ok()?).ok()?;
-        Some((currency, expected, cap))
+    /// The currency, expected total and cap, or why there is no cap yet
+    /// (the first field that is not right): what the live preview shows.
+    pub fn preview(&self) -> Result<(Currency, Cents, Cents), String> {
+        let currency =
+            Currency::parse(&self.currency).map_err(|err| format!("currency: {}", err.0))?;
+        let expected = Cents::parse_amount(&self.expected_total, &currency)
+            .map_err(|err| format!("expected total: {}", err.0))?;
+        let cap = expected
+            .with_buffer(self.buffer_bps().map_err(|err| format!("buffer: {err}"))?)
+            .map_err(|err| format!("cap: {}", err.0))?;
+        Ok((currency, expected, cap))
     }
 }
 
@@ -135,6 +139,10 @@ pub struct KeyForm {
     pub draft: KeyDraft,
     pub errors: FieldErrors,
     pub suggestion: Option<Suggestion>,
+    /// Live keys already carrying the draft's label: (id, billing period).
+    pub label_in_use: Vec<(i64, String)>,
+    /// The form came back from "Check" rather than a refused submission.
+    pub checked: bool,
 }
 
 #[cfg(test)]
@@ -166,5 +174,20 @@ mod tests {
         };
         let (_, expected, cap) = draft.preview().unwrap();
         assert_eq!((expected, cap), (Cents(500_000), Cents(550_000)));
+    }
+
+    #[test]
+    fn a_preview_without_a_cap_says_which_field_is_not_right() {
+        let draft = |expected: &str, currency: &str| KeyDraft {
+            currency: currency.into(),
+            expected_total: expected.into(),
+            buffer_pct: "10".into(),
+            ..KeyDraft::default()
+        };
+        let why = draft("1.005", "usd").preview().unwrap_err();
+        assert!(why.starts_with("expected total: "), "{why}");
+        assert!(why.contains("decimal"), "{why}");
+        let why = draft("100", "dollars").preview().unwrap_err();
+        assert!(why.starts_with("currency: "), "{why}");
     }
 }

@@ -14,7 +14,10 @@ use crate::{
 #[component]
 pub fn NewKeyPage() -> impl IntoView {
     let query = use_query_map();
-    let form = Resource::new(move || query.with(|q| q.get("draft")), new_key_form);
+    let form = Resource::new(
+        move || query.with(|q| (q.get("draft"), q.get("checked"))),
+        |(draft, checked)| new_key_form(draft, checked),
+    );
     view! {
         <Title text="New vault key"/>
         <RequireRole role=Role::Operator>
@@ -37,6 +40,8 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
         mut draft,
         errors,
         suggestion,
+        label_in_use,
+        checked,
     } = form;
     // A fresh form starts from the suggestion.
     if errors.is_empty() && draft.expected_total.is_empty() {
@@ -61,11 +66,24 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
 
     view! {
         <form class="panel key-form" method="post" action="/keys" novalidate>
-            {has_errors.then(|| view! {
-                <div class="notice notice-error" role="alert">
-                    <p>"Nothing was created: fix the fields marked below."</p>
-                </div>
-            })}
+            {match (has_errors, checked) {
+                (true, false) => Some(view! {
+                    <div class="notice notice-error" role="alert">
+                        <p>"Nothing was created: fix the fields marked below."</p>
+                    </div>
+                }.into_any()),
+                (true, true) => Some(view! {
+                    <div class="notice notice-error" role="alert">
+                        <p>"Checked: fix the fields marked below before creating the key."</p>
+                    </div>
+                }.into_any()),
+                (false, true) => Some(view! {
+                    <div class="notice notice-success" role="status">
+                        <p>"Checked: the cap below is the one Create vault key issues. Nothing is created until you press it."</p>
+                    </div>
+                }.into_any()),
+                (false, false) => None,
+            }}
             <CapFields
                 period=draft.period.clone()
                 currency=draft.currency.clone()
@@ -102,7 +120,17 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
                 </Field>
                 <Field name="label" label="Label" error=error_for("label") hint="How people will recognise the key.">
                     <input id="label" name="label" type="text" maxlength="200" value=draft.label.clone() required
-                        aria-describedby="label-hint label-error" aria-invalid=error_for("label").is_some().to_string()/>
+                        aria-describedby="label-hint label-error label-in-use" aria-invalid=error_for("label").is_some().to_string()/>
+                    {(!label_in_use.is_empty()).then(|| view! {
+                        <p class="field-warning" id="label-in-use" data-testid="label-in-use">
+                            "A live key already has this label: "
+                            {label_in_use.iter().enumerate().map(|(at, (id, period))| view! {
+                                {(at > 0).then_some(", ")}
+                                <a href=format!("/keys/{id}")>{format!("#{id} for {period}")}</a>
+                            }).collect_view()}
+                            ". People and billing jobs will confuse them: choose another label."
+                        </p>
+                    })}
                 </Field>
                 <Field name="thresholds" label="Alert at (% of cap)" error=error_for("thresholds") hint="Comma-separated, e.g. 75, 90.">
                     <input id="thresholds" name="thresholds" type="text" value=draft.thresholds.clone()
@@ -120,6 +148,7 @@ fn KeyFormView(form: KeyForm) -> impl IntoView {
             </div>
             <div class="form-actions">
                 <button type="submit" class="button button-primary">"Create vault key"</button>
+                <button type="submit" class="button button-quiet" name="intent" value="check">"Check cap and label"</button>
                 <a class="button button-quiet" href="/keys">"Cancel"</a>
             </div>
         </form>
@@ -165,8 +194,8 @@ fn CapFields(
             ..KeyDraft::default()
         };
         match typed.preview() {
-            Some((currency, _, cap)) => format!("{} {currency}", cap.format(&currency)),
-            None => "—".to_owned(),
+            Ok((currency, _, cap)) => format!("{} {currency}", cap.format(&currency)),
+            Err(why) => format!("none yet ({why})"),
         }
     };
     view! {

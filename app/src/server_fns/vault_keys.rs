@@ -83,10 +83,13 @@ pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
 /// one for this billing period, and an expected total suggested from what
 /// the previous period billed.
 #[server(endpoint = "new_key_form")]
-pub async fn new_key_form(draft: Option<String>) -> Result<KeyForm, AppError> {
+pub async fn new_key_form(
+    draft: Option<String>,
+    checked: Option<String>,
+) -> Result<KeyForm, AppError> {
     use crate::{
         domain::{BillingPeriod, KeyDraft, Role},
-        ssr::{self, flash},
+        ssr::{self, data::vault_keys, flash},
     };
     ssr::auth::require(Role::Operator)?;
     let state = expect_context::<ssr::AppState>();
@@ -96,17 +99,22 @@ pub async fn new_key_form(draft: Option<String>) -> Result<KeyForm, AppError> {
         Some(id) => flash::key_draft(&session, &id).await,
         None => None,
     };
-    let (draft, errors) = refused.unwrap_or_else(|| (KeyDraft::for_period(current), Vec::new()));
+    let (draft, errors) = refused
+        .clone()
+        .unwrap_or_else(|| (KeyDraft::for_period(current), Vec::new()));
     let period = draft.period.parse::<BillingPeriod>().unwrap_or(current);
     let uploaded = flash::key_suggestion(&session).await;
     let suggestion = match uploaded {
         Some(uploaded) => Some(uploaded),
         None => previous_period_suggestion(&state.pool, period.previous()).await?,
     };
+    let label_in_use = vault_keys::live_with_label(&state.pool, &draft.label).await?;
     Ok(KeyForm {
+        checked: checked.is_some() && refused.is_some(),
         draft,
         errors,
         suggestion,
+        label_in_use,
     })
 }
 

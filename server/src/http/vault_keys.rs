@@ -37,9 +37,18 @@ pub async fn create(
 ) -> Response {
     let fields: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
     let draft = KeyDraft::from_fields(fields.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let key = match vault_keys::parse_draft(&draft, chrono::Utc::now()) {
+    let parsed = vault_keys::parse_draft(&draft, chrono::Utc::now());
+    // "Check cap and label": the form again with what it would issue, nothing created.
+    if fields
+        .iter()
+        .any(|(name, value)| name == "intent" && value == "check")
+    {
+        let errors = parsed.err().unwrap_or_default();
+        return back_to_form(&session, &draft, errors, "&checked=yes").await;
+    }
+    let key = match parsed {
         Ok(key) => key,
-        Err(errors) => return back_to_form(&session, &draft, errors).await,
+        Err(errors) => return back_to_form(&session, &draft, errors, "").await,
     };
     let actor = Actor::Operator { id: me.id, ip };
     match key_requests::issue_or_request(&state.pool, &state.key_policy, actor, key).await {
@@ -68,7 +77,7 @@ pub async fn create(
             redirect_with(&session, notice, "/approvals").await
         }
         Err(AppError::Invalid(message)) => {
-            back_to_form(&session, &draft, vec![("label".into(), message)]).await
+            back_to_form(&session, &draft, vec![("label".into(), message)], "").await
         }
         Err(err) => HttpError::from(err).into_response(),
     }
@@ -78,10 +87,11 @@ async fn back_to_form(
     session: &Session,
     draft: &KeyDraft,
     errors: app::domain::FieldErrors,
+    more_query: &str,
 ) -> Response {
     let id = uuid::Uuid::new_v4().simple().to_string();
     flash::set_key_draft(session, &id, draft, &errors).await;
-    Redirect::to(&format!("/keys/new?draft={id}")).into_response()
+    Redirect::to(&format!("/keys/new?draft={id}{more_query}")).into_response()
 }
 
 const KEYS: Page = Page {

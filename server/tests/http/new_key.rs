@@ -356,3 +356,83 @@ async fn a_secret_shown_once_removes_its_key_from_the_browser(pool: PgPool) {
         .any(|v| v.starts_with("vaultcap_reveal=;") && v.contains("Max-Age=0"));
     assert!(forgotten, "the key cookie is removed once used");
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn check_shows_the_cap_and_a_label_already_live_without_creating_anything(pool: PgPool) {
+    let app = TestApp::new(pool.clone());
+    let cookie = app.signed_in("ops@example.com", Role::Operator).await;
+    let created = app.post_form("/keys", &form(GOOD), Some(&cookie)).await;
+    assert_eq!(created.status, StatusCode::SEE_OTHER);
+    let live: i64 = sqlx::query_scalar("SELECT id FROM vault_keys")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let keys = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM vault_keys")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+
+    // Without JavaScript, Check is how the cap preview follows what was typed.
+    let checked = app
+        .post_form(
+            "/keys",
+            &format!(
+                "{}&intent=check",
+                with(&[
+                    ("expected_total", "1,000.00"),
+                    ("label", " Billing-Run-2026-12 ")
+                ])
+            ),
+            Some(&cookie),
+        )
+        .await;
+    assert_eq!(checked.status, StatusCode::SEE_OTHER);
+    assert!(
+        checked.location().ends_with("&checked=yes"),
+        "{}",
+        checked.location()
+    );
+    let page = app.get(checked.location(), Some(&cookie)).await.body;
+    assert!(
+        page.contains("Checked: the cap below is the one Create vault key issues"),
+        "{page}"
+    );
+    assert!(
+        page.contains("1,100.00 USD"),
+        "the preview is the checked figures: {page}"
+    );
+    assert!(
+        page.contains("A live key already has this label")
+            && page.contains(&format!(r#"href="/keys/{live}""#)),
+        "{page}"
+    );
+    assert_eq!(keys().await, 1, "checking creates nothing");
+
+    // A figure that makes no cap says why, beside the field and in the preview.
+    let checked = app
+        .post_form(
+            "/keys",
+            &format!(
+                "{}&intent=check",
+                with(&[("expected_total", "1.005"), ("label", "other")])
+            ),
+            Some(&cookie),
+        )
+        .await;
+    let page = app.get(checked.location(), Some(&cookie)).await.body;
+    assert!(
+        page.contains("Checked: fix the fields marked below"),
+        "{page}"
+    );
+    assert!(
+        page.contains("none yet (expected total: USD has 2 decimals at most)"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("A live key already has this label"),
+        "{page}"
+    );
+    assert_eq!(keys().await, 1);
+}

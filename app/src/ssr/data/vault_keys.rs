@@ -145,6 +145,22 @@ pub async fn set_duplicate_policy(
     .await
 }
 
+/// Live keys (not revoked, not expired) with `label`, ignoring case and
+/// surrounding spaces: (id, billing period), at most five.
+pub async fn live_with_label(
+    db: impl PgExecutor<'_>,
+    label: &str,
+) -> Result<Vec<(i64, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, billing_period FROM vault_keys
+         WHERE lower(btrim(label)) = lower(btrim($1)) AND revoked_at IS NULL AND expires_at > now()
+         ORDER BY id DESC LIMIT 5",
+    )
+    .bind(label)
+    .fetch_all(db)
+    .await
+}
+
 pub async fn find_by_secret_hash(
     db: impl PgExecutor<'_>,
     hash: &[u8],
