@@ -208,12 +208,12 @@ pub struct SyncSummary {
 impl SyncSummary {
     /// `120 charges and 4 payment intents in 3 pages`.
     pub fn seen(&self) -> String {
+        let count = |n: i32, one, many| counted(usize::try_from(n).unwrap_or(0), one, many);
         format!(
-            "{} charges and {} payment intents in {} page{}",
-            self.charges_seen,
-            self.intents_seen,
-            self.pages,
-            if self.pages == 1 { "" } else { "s" }
+            "{} and {} in {}",
+            count(self.charges_seen, "charge", "charges"),
+            count(self.intents_seen, "payment intent", "payment intents"),
+            count(self.pages, "page", "pages"),
         )
     }
 }

@@ -6,8 +6,8 @@ use crate::{
     components::utc,
     components::{Amount, ErrorPanel, KeysetPager, RequireRole},
     domain::{
-        datetime_local, group_thousands, AuditCall, AuditPage, AuditQuery, ChainStatus, Decision,
-        LogIntegrity, Role, AUDIT_PAGE_SIZES,
+        counted, datetime_local, group_thousands, AuditCall, AuditPage, AuditQuery, ChainStatus,
+        Decision, LogIntegrity, Role, AUDIT_PAGE_SIZES,
     },
     server_fns::{audit_integrity, list_audit},
 };
@@ -156,7 +156,7 @@ fn AuditResults(page: AuditPage, query: AuditQuery) -> impl IntoView {
     }
     view! {
         <div class="table-head">
-            <p class="result-count">{format!("{} calls on this page, newest first", page.calls.len())}</p>
+            <p class="result-count">{format!("{} on this page, newest first", counted(page.calls.len(), "call", "calls"))}</p>
             <a class="button button-quiet" href=export download>"Export CSV"</a>
         </div>
         <div class="table-scroll" tabindex="0">
