@@ -15,20 +15,41 @@ use crate::{
 /// form, so it is the same with JavaScript off.
 #[component]
 pub fn ApprovalConfirmPage() -> impl IntoView {
-    let preview = Resource::new(id_and_note(), |(id, note)| async move {
+    confirm_page(
+        "Confirm the approval",
+        "cap increase request",
+        get_approval_preview,
+        |preview| view! { <Confirmation preview/> }.into_any(),
+    )
+}
+
+/// A confirmation page: the request in the path (`what`), loaded with the
+/// note carried from the Approvals page and shown by `show`, or why there
+/// is nothing to confirm.
+fn confirm_page<T, Fut>(
+    title: &'static str,
+    what: &'static str,
+    load: impl Fn(i64, Option<String>) -> Fut + Copy + Send + Sync + 'static,
+    show: fn(T) -> AnyView,
+) -> impl IntoView
+where
+    T: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static,
+    Fut: std::future::Future<Output = Result<T, AppError>> + Send + 'static,
+{
+    let preview = Resource::new(id_and_note(), move |(id, note)| async move {
         match id {
-            Some(id) => get_approval_preview(id, note).await,
+            Some(id) => load(id, note).await,
             None => Err(AppError::NotFound),
         }
     });
     view! {
-        <Title text="Confirm the approval"/>
+        <Title text=title/>
         <RequireRole role=Role::Approver>
             <Suspense>
                 {move || Suspend::new(async move {
                     match preview.await {
-                        Ok(preview) => view! { <Confirmation preview/> }.into_any(),
-                        Err(error) => nothing_to_confirm(error, "cap increase request"),
+                        Ok(preview) => show(preview),
+                        Err(error) => nothing_to_confirm(error, what),
                     }
                 })}
             </Suspense>
@@ -183,25 +204,12 @@ fn Confirmation(preview: ApprovalPreview) -> impl IntoView {
 /// the period's live keys may charge altogether once it is issued.
 #[component]
 pub fn KeyRequestConfirmPage() -> impl IntoView {
-    let preview = Resource::new(id_and_note(), |(id, note)| async move {
-        match id {
-            Some(id) => get_key_request_preview(id, note).await,
-            None => Err(AppError::NotFound),
-        }
-    });
-    view! {
-        <Title text="Confirm the new key"/>
-        <RequireRole role=Role::Approver>
-            <Suspense>
-                {move || Suspend::new(async move {
-                    match preview.await {
-                        Ok(preview) => view! { <KeyConfirmation preview/> }.into_any(),
-                        Err(error) => nothing_to_confirm(error, "key request"),
-                    }
-                })}
-            </Suspense>
-        </RequireRole>
-    }
+    confirm_page(
+        "Confirm the new key",
+        "key request",
+        get_key_request_preview,
+        |preview| view! { <KeyConfirmation preview/> }.into_any(),
+    )
 }
 
 #[component]
