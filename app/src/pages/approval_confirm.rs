@@ -236,29 +236,13 @@ fn KeyConfirmation(preview: KeyRequestPreview) -> impl IntoView {
                 preview.above_policy().format(&request.currency()),
                 request.currency()
             )}</p>
-            <div class="table-scroll" tabindex="0">
-                <table class="data compact" data-testid="approval-figures">
-                    <thead>
-                        <tr>
-                            <th scope="col"></th>
-                            <th scope="col" class="num">"Now"</th>
-                            <th scope="col" class="num">"Once approved"</th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        <tr>
-                            <th scope="row">{format!("Caps of live {} {} keys", request.billing_period, request.currency())}</th>
-                            <td class="num">{amount(preview.live_caps)}</td>
-                            <td class="num"><strong>{amount(preview.live_caps_after())}</strong></td>
-                        </tr>
-                    </tbody>
-                </table>
-            </div>
-            <dl class="facts">
+            <dl class="facts facts-money">
                 <div><dt>"Cap asked for"</dt><dd>{amount(request.cap())}</dd></div>
                 <div><dt>"Expected total"</dt><dd>{amount(Cents(request.expected_total_cents))}</dd></div>
                 <div><dt>"Policy allows"</dt><dd>{amount(request.policy_cap())}</dd></div>
                 <div><dt>"Above policy"</dt><dd>{amount(preview.above_policy())}</dd></div>
+                <div><dt>{format!("Live {} {} caps now", request.billing_period, request.currency())}</dt><dd>{amount(preview.live_caps)}</dd></div>
+                <div><dt>{format!("Live {} {} caps once approved", request.billing_period, request.currency())}</dt><dd><strong>{amount(preview.live_caps_after())}</strong></dd></div>
             </dl>
         </section>
         <section class="panel" aria-labelledby="asked-heading">
