@@ -80,7 +80,7 @@ fn TopBar(me: Me) -> impl IntoView {
     view! {
         <header class="topbar">
             <label for="nav-toggle" class="nav-toggle-button" aria-hidden="true">"Menu"</label>
-            <a class="brand" href="/">"Vaultcap"</a>
+            <a class="brand" href="/"><img class="logo" src="/pkg/favicon.svg" alt="" width="24" height="24"/>"Vaultcap"</a>
             <div class="whoami">
                 <span class="who" data-testid="signed-in-as">{me.email}</span>
                 <span class="role-badge">{me.role.as_str()}</span>

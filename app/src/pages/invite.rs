@@ -17,7 +17,7 @@ pub fn InvitePage() -> impl IntoView {
         <Title text="Set your password"/>
         <main class="login">
             <form class="login-card" method="post" action="/auth/invite">
-                <h1 class="brand">"Vaultcap"</h1>
+                <h1 class="brand"><img class="logo" src="/pkg/favicon.svg" alt="" width="28" height="28"/>"Vaultcap"</h1>
                 <p class="hint">"Choose the password you will sign in with. Nobody else sees it; this link works once."</p>
                 <Suspense>
                     {move || Suspend::new(async move {

@@ -46,7 +46,7 @@ pub fn LoginPage() -> impl IntoView {
         <Title text="Sign in"/>
         <main class="login">
             <form class="login-card" method="post" action="/auth/login">
-                <h1 class="brand">"Vaultcap"</h1>
+                <h1 class="brand"><img class="logo" src="/pkg/favicon.svg" alt="" width="28" height="28"/>"Vaultcap"</h1>
                 <p class="hint">"Spend governance for Stripe billing"</p>
                 {error.map(|message| view! {
                     <div class="notice notice-error" role="alert"><p>{message}</p></div>
@@ -82,7 +82,7 @@ fn CodeStep(next: String, error: Option<String>) -> impl IntoView {
         <Title text="Sign in: code"/>
         <main class="login">
             <form class="login-card" method="post" action="/auth/login/code">
-                <h1 class="brand">"Vaultcap"</h1>
+                <h1 class="brand"><img class="logo" src="/pkg/favicon.svg" alt="" width="28" height="28"/>"Vaultcap"</h1>
                 <p class="hint">"Your password was right. One more step."</p>
                 {error.map(|message| view! {
                     <div class="notice notice-error" role="alert"><p>{message}</p></div>
