@@ -174,7 +174,12 @@ impl ActionEntry {
             "alert" => Some("/alerts".to_owned()),
             "operator" => Some("/operators".to_owned()),
             "api_token" => Some("/tokens".to_owned()),
-            "key_request" => Some("/approvals?tab=history".to_owned()),
+            // Issued: the key it became; waiting: the Approvals page.
+            "key_request" => match self.detail("vault_key_id") {
+                Some(key) => Some(format!("/keys/{key}")),
+                None if self.action == "request_vault_key" => Some("/approvals".to_owned()),
+                None => None,
+            },
             "billing_period" => Some(format!("/reconciliation?period={id}")),
             _ => None,
         };
@@ -309,6 +314,17 @@ mod tests {
             entry("sign_in", ("operator", Some("3")), &[]).subject(),
             None
         );
+        let issued = entry(
+            "approve_vault_key",
+            ("key_request", Some("4")),
+            &[("vault_key_id", "9")],
+        );
+        assert_eq!(
+            issued.subject().and_then(|s| s.href).as_deref(),
+            Some("/keys/9")
+        );
+        let rejected = entry("reject_vault_key", ("key_request", Some("4")), &[]);
+        assert_eq!(rejected.subject().and_then(|s| s.href), None);
     }
 
     #[test]
