@@ -84,7 +84,7 @@ test('operators resolve an orphaned, a duplicate and a missing charge found by a
   await page.getByRole('button', { name: /Refund finding/ }).click();
   await expect(page.getByRole('status')).toContainText(`Refunded ${chB} as duplicate of ${chA}`);
   await expect(page.getByRole('heading', { name: 'What was done' })).toBeVisible();
-  await expect(page.getByRole('table').filter({ hasText: 'finding.refund' })).toBeVisible();
+  await expect(page.getByRole('table').filter({ hasText: 'Refunded in Stripe: finding' })).toBeVisible();
   expect((await stripeCharge(chB)).amount_refunded).toBe(4_900);
   expect((await stripeCharge(chA)).amount_refunded).toBe(0);
   await visit(`/reconciliation?customer=${prefix}`);
