@@ -181,18 +181,7 @@ fn Confirmation(preview: ApprovalPreview) -> impl IntoView {
             }.into_any()
         } else {
             view! {
-                <form class="panel stacked" method="post" action=format!("/approvals/{id}/decide")>
-                    <input type="hidden" name="verdict" value="approve"/>
-                    <input type="hidden" name="confirmed" value="yes"/>
-                    <div class="field">
-                        <label for="note">"Note (optional)"</label>
-                        <input id="note" name="note" type="text" maxlength="2000" value=preview.note.clone()/>
-                    </div>
-                    <div class="form-actions">
-                        <button type="submit" class="button button-primary">{confirm_label}</button>
-                        <a class="button button-quiet" href="/approvals">"Back to Approvals"</a>
-                    </div>
-                </form>
+                <ConfirmForm action=format!("/approvals/{id}/decide") note=preview.note.clone() label=confirm_label/>
             }.into_any()
         }}
     }
@@ -250,18 +239,27 @@ fn KeyConfirmation(preview: KeyRequestPreview) -> impl IntoView {
             <p>{format!("{} asked at {}: beyond policy because {}", request.requested_by, utc(request.requested_at), request.over_policy)}</p>
             <p class="hint">{format!("Undecided, it expires at {}.", utc(request.expires_at))}</p>
         </section>
-        <form class="panel stacked" method="post" action=format!("/key-requests/{id}/decide")>
+        <ConfirmForm action=format!("/key-requests/{id}/decide") note=preview.note.clone() label=format!("Approve: issue {cap}")/>
+    }
+    .into_any()
+}
+
+/// The one button that confirms an approval, with the note carried along
+/// (`confirmed=yes` is what the decision checks for).
+#[component]
+fn ConfirmForm(action: String, note: String, label: String) -> impl IntoView {
+    view! {
+        <form class="panel stacked" method="post" action=action>
             <input type="hidden" name="verdict" value="approve"/>
             <input type="hidden" name="confirmed" value="yes"/>
             <div class="field">
                 <label for="note">"Note (optional)"</label>
-                <input id="note" name="note" type="text" maxlength="2000" value=preview.note.clone()/>
+                <input id="note" name="note" type="text" maxlength="2000" value=note/>
             </div>
             <div class="form-actions">
-                <button type="submit" class="button button-primary">{format!("Approve: issue {cap}")}</button>
+                <button type="submit" class="button button-primary">{label}</button>
                 <a class="button button-quiet" href="/approvals">"Back to Approvals"</a>
             </div>
         </form>
     }
-    .into_any()
 }
