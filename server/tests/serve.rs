@@ -78,6 +78,18 @@ fn serve_without_a_database_url_runs_a_private_cluster_and_stops_it_on_sigterm()
 /// finishes that one (forwarded, answered, settled, audited) before exiting.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_finishes_the_calls_in_flight() {
+    in_flight_at_sigterm(false).await;
+}
+
+/// The same when the billing job has hung up meanwhile (its timeout, a
+/// load generator ending its run): the call has reserved, Stripe charges,
+/// so it is settled and audited before serve exits, not left pending.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_settles_a_call_whose_client_hung_up() {
+    in_flight_at_sigterm(true).await;
+}
+
+async fn in_flight_at_sigterm(client_hangs_up: bool) {
     use std::sync::Arc;
 
     use axum::{routing::post, Json, Router};
@@ -122,6 +134,14 @@ async fn sigterm_finishes_the_calls_in_flight() {
             .send(),
     );
     arrived.notified().await;
+    let charge = if client_hangs_up {
+        charge.abort();
+        // Its connection is closed once the aborted task is dropped.
+        assert!(charge.await.unwrap_err().is_cancelled());
+        None
+    } else {
+        Some(charge)
+    };
     proxy.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
     assert_eq!(
         proxy.next_line().await.as_deref(),
@@ -129,10 +149,13 @@ async fn sigterm_finishes_the_calls_in_flight() {
     );
     release.notify_one();
 
-    let answer = charge.await.unwrap().unwrap();
-    assert_eq!(answer.status(), 200);
-    let body: serde_json::Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
-    assert_eq!(body["id"], "ch_in_flight");
+    if let Some(charge) = charge {
+        let answer = charge.await.unwrap().unwrap();
+        assert_eq!(answer.status(), 200);
+        let body: serde_json::Value =
+            serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+        assert_eq!(body["id"], "ch_in_flight");
+    }
     proxy.wait().await.unwrap();
 
     let (spent, reserved): (i64, i64) =

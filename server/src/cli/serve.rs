@@ -12,6 +12,7 @@ use app::{
     },
 };
 use leptos::config::LeptosOptions;
+use tokio_util::task::TaskTracker;
 
 use crate::{
     config::ServeArgs,
@@ -133,14 +134,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("Shutting down: finishing the calls in flight");
     };
     println!("Vaultcap console: http://{}", listener.local_addr()?);
+    let calls = TaskTracker::new();
     let served = axum::serve(
         listener,
-        http::router(state, upstream, db.ledger_pool.clone())
+        http::router_tracking(state, upstream, db.ledger_pool.clone(), calls.clone())
             .into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown)
     .await
     .context("serving HTTP");
+    // Connections are closed; calls whose clients hung up may still be at
+    // Stripe or settling, and each must finish before the pools close.
+    calls.close();
+    calls.wait().await;
     tracing::info!("shutting down");
     // The background jobs hold pool connections; the pool closes only once
     // they are gone.

@@ -36,6 +36,8 @@ pub use audit_export::api as audit_export_api;
 pub use client_ip::{ClientIp, TrustedProxies};
 pub use guard::{ConsoleRoute, ConsoleRoutes};
 
+use tokio_util::task::TaskTracker;
+
 use crate::proxy::{upstream::Upstream, KeyLookup, Ledger, ProxyState, RESERVE_QUEUE};
 use app::{
     app::{shell, App},
@@ -50,6 +52,17 @@ pub const MAX_FORM_BODY: usize = 64 * 1024;
 /// with `oneshot`: the console, the key API and the spend-cap proxy, whose
 /// ledger and key lookups use `ledger_pool` only.
 pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Router {
+    router_tracking(state, upstream, ledger_pool, TaskTracker::new())
+}
+
+/// As [`router`], with every proxied call running on `calls`: `serve`
+/// waits for them at shutdown, whether or not their clients still listen.
+pub fn router_tracking(
+    state: AppState,
+    upstream: Upstream,
+    ledger_pool: PgPool,
+    calls: TaskTracker,
+) -> Router {
     let routes = generate_route_list(App);
     let trusted_proxies = TrustedProxies(std::sync::Arc::new(state.auth.trusted_proxies.clone()));
     let secure = state.auth.secure_cookies;
@@ -90,6 +103,7 @@ pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Route
         pool: ledger_pool,
         upstream,
         keys: KeyLookup::new(),
+        calls,
     });
     let pkg_dir = std::path::Path::new(state.leptos_options.site_root.as_ref()).join("pkg");
     Router::new()

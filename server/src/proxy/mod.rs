@@ -23,6 +23,7 @@ use axum::{
 use base64::Engine;
 use chrono::Utc;
 use sqlx::PgPool;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use app::{
@@ -51,6 +52,8 @@ pub struct ProxyState {
     pub upstream: Upstream,
     pub ledger: Ledger,
     pub keys: KeyLookup,
+    /// Every call in flight, so shutdown can wait for each to settle.
+    pub calls: TaskTracker,
 }
 
 pub fn router(state: ProxyState) -> Router {
@@ -131,8 +134,10 @@ async fn handle(
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     // A call runs to its end even if the client hangs up: once it has
-    // reserved, it must forward and settle, or money is left hanging.
-    let call = tokio::spawn(decide_and_forward(state, method, uri, headers, body));
+    // reserved, it must forward and settle, or money is left hanging. The
+    // tracker lets shutdown wait for it after its connection is gone.
+    let calls = state.calls.clone();
+    let call = calls.spawn(decide_and_forward(state, method, uri, headers, body));
     call.await.unwrap_or_else(|err| {
         tracing::error!(error = %err, "a proxied call panicked");
         StripeError::internal().into_response()
