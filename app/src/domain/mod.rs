@@ -51,7 +51,7 @@ pub use key_list::{
     CallSummary, DecisionCount, KeyDetail, KeyFilter, KeyList, KeyQuery, KeySort, KEYS_PER_PAGE,
 };
 pub use key_request::{KeyRequest, KeyRequestPreview};
-pub use money::{group_thousands, Cents, Currency, MAX_CENTS};
+pub use money::{group_thousands, Cents, Currency, MAX_CENTS, ZERO_DECIMAL};
 pub use period::BillingPeriod;
 pub use role::Role;
 pub use two_factor::{Enrollment, TwoFactorView};

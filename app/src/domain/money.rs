@@ -16,7 +16,7 @@ pub struct Cents(pub i64);
 pub struct Currency(String);
 
 /// Stripe's zero-decimal currencies: their minor unit is the whole unit.
-const ZERO_DECIMAL: [&str; 16] = [
+pub const ZERO_DECIMAL: [&str; 16] = [
     "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv",
     "xaf", "xof", "xpf",
 ];

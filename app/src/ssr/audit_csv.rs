@@ -1,12 +1,11 @@
-//! The audit log's CSV rows: RFC 4180 (written by the `csv` crate), UTF-8,
-//! ISO-8601 UTC times, amounts as integer minor units plus a decimal column,
-//! and every text cell that a spreadsheet would run as a formula neutralised.
+//! The audit log's CSV rows: RFC 4180, UTF-8, ISO-8601 UTC times, amounts
+//! as integer minor units plus a decimal column, and every text cell that a
+//! spreadsheet would run as a formula neutralised. PostgreSQL writes the
+//! rows itself (`COPY … (FORMAT csv)`) from the cells below, at the speed of
+//! `psql \copy`; the rules for a cell are the ones [`neutralise`] and
+//! `Cents::decimal` apply everywhere else.
 
-use std::fmt::Write;
-
-use csv::ByteRecord;
-
-use crate::domain::AuditCall;
+use crate::domain::ZERO_DECIMAL;
 
 pub const HEADER: [&str; 19] = [
     "id",
@@ -30,53 +29,60 @@ pub const HEADER: [&str; 19] = [
     "latency_ms",
 ];
 
-/// Fills `record` with one call's cells, in [`HEADER`]'s order, reusing
-/// its buffer and `scratch` (an export writes a million rows: no cell
-/// allocates).
-pub fn fill(record: &mut ByteRecord, scratch: &mut String, call: &AuditCall) {
-    record.clear();
-    let number = |record: &mut ByteRecord, scratch: &mut String, n: Option<i64>| {
-        scratch.clear();
-        if let Some(n) = n {
-            let _ = write!(scratch, "{n}");
-        }
-        record.push_field(scratch.as_bytes());
-    };
-    number(record, scratch, Some(call.id));
-    scratch.clear();
-    let _ = write!(scratch, "{}", call.at.format("%Y-%m-%dT%H:%M:%S%.6fZ"));
-    record.push_field(scratch.as_bytes());
-    number(record, scratch, call.vault_key_id);
-    push_text(record, call.key_label.as_deref());
-    push_text(record, call.key_prefix.as_deref());
-    push_text(record, Some(&call.method));
-    push_text(record, Some(&call.path));
-    push_text(record, call.stripe_customer.as_deref());
-    push_text(record, call.metadata_customer_id.as_deref());
-    push_text(record, call.billing_period.as_deref());
-    number(record, scratch, call.amount.map(|c| c.0));
-    let decimal = match (call.amount, &call.currency) {
-        (Some(amount), Some(currency)) => amount.decimal(currency),
-        _ => String::new(),
-    };
-    record.push_field(decimal.as_bytes());
-    record.push_field(call.currency.as_ref().map_or("", |c| c.as_str()).as_bytes());
-    push_text(record, call.idempotency_key.as_deref());
-    record.push_field(call.decision.as_str().as_bytes());
-    number(record, scratch, call.upstream_status.map(i64::from));
-    push_text(record, call.stripe_object_id.as_deref());
-    push_text(record, call.error_code.as_deref());
-    number(record, scratch, call.latency_ms.map(i64::from));
+/// The export's cells in [`HEADER`]'s order, as SQL over `audit_log a` and
+/// `vault_keys k`: times in UTC to the microsecond, the amount in minor
+/// units and as a decimal with its currency's digits, text neutralised and
+/// empty text written as an empty cell (never `""`).
+pub fn copy_columns() -> String {
+    [
+        "a.id".to_owned(),
+        r#"to_char(a.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"#.to_owned(),
+        "a.vault_key_id".to_owned(),
+        text_cell("k.label"),
+        text_cell("a.key_prefix"),
+        text_cell("a.method"),
+        text_cell("a.path"),
+        text_cell("a.stripe_customer"),
+        text_cell("a.metadata_customer_id"),
+        text_cell("a.billing_period"),
+        "a.amount_cents".to_owned(),
+        decimal_cell(),
+        CURRENCY.to_owned(),
+        text_cell("a.idempotency_key"),
+        "a.decision".to_owned(),
+        "a.upstream_status".to_owned(),
+        text_cell("a.stripe_object_id"),
+        text_cell("a.error_code"),
+        "a.latency_ms".to_owned(),
+    ]
+    .join(",\n       ")
 }
 
-/// A text cell, neutralised when a spreadsheet would run it.
-fn push_text(record: &mut ByteRecord, text: Option<&str>) {
-    let text = text.unwrap_or("");
-    if is_formula(text) {
-        record.push_field(format!("'{text}").as_bytes());
-    } else {
-        record.push_field(text.as_bytes());
-    }
+/// A text column as [`neutralise`] writes it.
+fn text_cell(column: &str) -> String {
+    format!(
+        "CASE WHEN left({column}, 1) IN ('=', '+', '-', '@', chr(9), chr(13)) \
+         THEN '''' || {column} ELSE nullif({column}, '') END"
+    )
+}
+
+/// The currency as `Currency::parse` reads it: three letters, trimmed,
+/// lower-case; anything else is no currency.
+const CURRENCY: &str = r"(CASE WHEN a.currency ~ '^\s*[A-Za-z]{3}\s*$'
+        THEN lower(btrim(a.currency, E' \t\n\r')) END)";
+
+/// The amount as `Cents::decimal` writes it in the row's currency (in
+/// `numeric`, so no amount overflows on the way).
+fn decimal_cell() -> String {
+    let zero_decimal: Vec<String> = ZERO_DECIMAL.iter().map(|c| format!("'{c}'")).collect();
+    format!(
+        "CASE WHEN a.amount_cents IS NULL OR {CURRENCY} IS NULL THEN NULL \
+         WHEN {CURRENCY} IN ({zero}) THEN a.amount_cents::text \
+         ELSE CASE WHEN a.amount_cents < 0 THEN '-' ELSE '' END \
+           || div(abs(a.amount_cents::numeric), 100)::text || '.' \
+           || lpad(mod(abs(a.amount_cents::numeric), 100)::text, 2, '0') END",
+        zero = zero_decimal.join(", ")
+    )
 }
 
 fn is_formula(text: &str) -> bool {
@@ -97,7 +103,6 @@ pub fn neutralise(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Cents, Currency, Decision};
 
     #[test]
     fn formulas_arrive_as_text_and_other_cells_as_they_are() {
@@ -110,41 +115,11 @@ mod tests {
     }
 
     #[test]
-    fn a_record_has_a_cell_per_header_with_times_in_utc_and_both_amounts() {
-        let call = AuditCall {
-            id: 7,
-            at: "2026-11-30T14:05:06.123456Z".parse().unwrap(),
-            vault_key_id: Some(3),
-            key_label: Some("=HYPERLINK(\"x\")".into()),
-            key_prefix: Some("vk_abc".into()),
-            method: "POST".into(),
-            path: "/v1/charges".into(),
-            stripe_customer: None,
-            metadata_customer_id: Some("cust_1".into()),
-            billing_period: Some("2026-11".into()),
-            amount: Some(Cents(123_450)),
-            currency: Some(Currency::usd()),
-            idempotency_key: Some("bill-cust_1".into()),
-            decision: Decision::RefusedCap,
-            upstream_status: None,
-            stripe_object_id: None,
-            error_code: Some("spend_cap_exceeded".into()),
-            latency_ms: Some(3),
-        };
-        let mut record = ByteRecord::new();
-        fill(&mut record, &mut String::new(), &call);
-        let cells: Vec<String> = record
-            .iter()
-            .map(|c| String::from_utf8(c.to_vec()).unwrap())
-            .collect();
-        assert_eq!(cells.len(), HEADER.len());
-        assert_eq!(cells[1], "2026-11-30T14:05:06.123456Z");
-        assert_eq!(cells[3], "'=HYPERLINK(\"x\")");
+    fn the_export_has_a_cell_per_header() {
+        // Each cell is on its own line; none spans one.
         assert_eq!(
-            (cells[10].as_str(), cells[11].as_str(), cells[12].as_str()),
-            ("123450", "1234.50", "usd")
+            copy_columns().matches(",\n       ").count() + 1,
+            HEADER.len()
         );
-        assert_eq!(cells[14], "refused_cap");
-        assert_eq!(cells[15], "");
     }
 }

@@ -1,7 +1,8 @@
 //! The audit log as CSV, exactly the filtered set: from the console
 //! (`/audit.csv`, signed in) and the API (`/api/audit.csv`, API token).
 //!
-//! Rows stream from one database cursor through a small bounded channel
+//! PostgreSQL writes the rows as CSV (`COPY … TO STDOUT`, the cells of
+//! `audit_csv::copy_columns`); they stream through a small bounded channel
 //! into the response, so memory stays constant whatever the size. When the
 //! client goes away the channel closes, the query is cancelled in
 //! PostgreSQL and its connection is not reused. The export is recorded in
@@ -16,6 +17,7 @@ use axum::{
     response::{IntoResponse, Response},
     Extension,
 };
+use bytes::BytesMut;
 use futures::TryStreamExt;
 use sqlx::{pool::PoolConnection, PgPool, Postgres};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
@@ -33,7 +35,7 @@ use app::{
         audit_csv,
         data::{
             actions::{self, Actor},
-            audit::{self, CallListRow},
+            audit,
         },
         AppState,
     },
@@ -41,8 +43,6 @@ use app::{
 
 /// Bytes gathered before a chunk is sent.
 const CHUNK: usize = 64 * 1024;
-/// Rows written between looks at the chunk's size.
-const FLUSH_EVERY: u64 = 128;
 /// Chunks waiting for a slow client at most (so at most ~1 MiB buffered).
 const CHUNKS_IN_FLIGHT: usize = 16;
 
@@ -191,43 +191,40 @@ enum Stop {
     Failed(u64, String),
 }
 
-/// Sends the CSV in chunks as rows arrive, all but the last: returns the
-/// row count and the last chunk.
+/// Sends the CSV in chunks as PostgreSQL writes it, all but the last:
+/// returns the row count and the last chunk. COPY sends each row in a
+/// message of its own, so counting messages counts rows.
 async fn stream_rows(
     conn: &mut PoolConnection<Postgres>,
     filter: &AuditFilter,
     chunks: &mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) -> Result<(u64, Bytes), Stop> {
-    let mut sql = audit::export_query(filter);
-    let mut rows = sql.build_query_as::<CallListRow>().fetch(&mut **conn);
-    let new_writer = || csv::Writer::from_writer(Vec::with_capacity(CHUNK * 2));
-    let mut csv = new_writer();
-    let mut sent = 0u64;
-    let (mut record, mut scratch) = (csv::ByteRecord::new(), String::new());
     let failed = |sent, err: &dyn std::fmt::Display| Stop::Failed(sent, err.to_string());
-    csv.write_record(audit_csv::HEADER)
-        .map_err(|e| failed(sent, &e))?;
+    // Filter values are written into the COPY as literals (it takes no
+    // parameters), quoted as this setting reads them.
+    sqlx::query("SET standard_conforming_strings = on")
+        .execute(&mut **conn)
+        .await
+        .map_err(|e| failed(0, &e))?;
+    let mut rows = conn
+        .copy_out_raw(&audit::export_copy(filter))
+        .await
+        .map_err(|e| failed(0, &e))?;
+    let mut chunk = BytesMut::with_capacity(CHUNK * 2);
+    chunk.extend_from_slice(audit_csv::HEADER.join(",").as_bytes());
+    chunk.extend_from_slice(b"\n");
+    let mut sent = 0u64;
     while let Some(row) = rows.try_next().await.map_err(|e| failed(sent, &e))? {
-        if let Some(call) = row.call() {
-            audit_csv::fill(&mut record, &mut scratch, &call);
-            csv.write_byte_record(&record)
-                .map_err(|e| failed(sent, &e))?;
-            sent += 1;
-        }
-        if sent % FLUSH_EVERY != 0 {
-            continue;
-        }
-        csv.flush().map_err(|e| failed(sent, &e))?;
-        if csv.get_ref().len() >= CHUNK {
-            let full = std::mem::replace(&mut csv, new_writer());
-            let chunk = Bytes::from(full.into_inner().map_err(|e| failed(sent, &e))?);
-            if chunks.send(Ok(chunk)).await.is_err() {
+        chunk.extend_from_slice(&row);
+        sent += 1;
+        if chunk.len() >= CHUNK {
+            let full = std::mem::replace(&mut chunk, BytesMut::with_capacity(CHUNK * 2));
+            if chunks.send(Ok(full.freeze())).await.is_err() {
                 return Err(Stop::ClientGone(sent));
             }
         }
     }
-    let last = csv.into_inner().map_err(|e| failed(sent, &e))?;
-    Ok((sent, Bytes::from(last)))
+    Ok((sent, chunk.freeze()))
 }
 
 /// Ends the export's backend in PostgreSQL (the client stopped reading, and

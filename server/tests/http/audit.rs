@@ -5,7 +5,10 @@ use http_body_util::BodyExt;
 use sqlx::PgPool;
 
 use crate::helpers::{enc, TestApp};
-use app::domain::Role;
+use app::{
+    domain::{Cents, Currency, Role},
+    ssr::audit_csv::neutralise,
+};
 
 /// `count` audited calls a second apart, newest last: customers
 /// `cust_0`…`cust_6` in turn, every third refused at the cap, key 1 (whose
@@ -287,6 +290,74 @@ async fn the_csv_has_exactly_the_filtered_calls_neutralised_and_is_recorded(pool
         StatusCode::SEE_OTHER,
         "sign in first"
     );
+}
+
+/// Cells a spreadsheet, a CSV parser or SQL quoting could get wrong, each
+/// exported as the page shows them: PostgreSQL writes the file, and must
+/// write what `neutralise` and `Cents::decimal` would.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_export_writes_odd_cells_as_the_rules_say_and_filters_hold_against_quotes(
+    pool: PgPool,
+) {
+    let key = calls(&pool, 1).await;
+    let odd = [
+        // (customer id, idempotency key, amount, currency)
+        ("-1+1", "it's \"quoted\", with a comma", 123456, "jpy"),
+        ("@SUM(A1)", "two\nlines", 5, "usd"),
+        ("\tlead", "back\\slash", 250, "EUR"),
+        ("", "=1+1", 9223372036854775807, "bhd"),
+        ("o'brien", "", 0, "us"),
+        ("ünïcødé", "\rcarriage", 100, " usd "),
+    ];
+    for (customer, idempotency_key, amount, currency) in odd {
+        sqlx::query(
+            "INSERT INTO audit_log (request_id, vault_key_id, key_prefix, method, path,
+                 metadata_customer_id, amount_cents, currency, idempotency_key, decision)
+             VALUES (gen_random_uuid(), $1, 'vk_audit', 'POST', '/v1/charges', $2, $3, $4, $5, 'allowed')",
+        )
+        .bind(key)
+        .bind(customer)
+        .bind(amount)
+        .bind(currency)
+        .bind(idempotency_key)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let app = TestApp::new(pool.clone());
+    let cookie = app.signed_in("auditor@example.com", Role::Viewer).await;
+    let export = app.get("/audit.csv", Some(&cookie)).await;
+    assert_eq!(export.status, StatusCode::OK, "{}", export.body);
+    let rows = parse_csv(&export.body);
+    assert_eq!(rows[0], app::ssr::audit_csv::HEADER);
+    for (customer, idempotency_key, amount, currency) in odd {
+        let row = rows
+            .iter()
+            .find(|r| r[13] == neutralise(idempotency_key))
+            .unwrap_or_else(|| panic!("no row for {idempotency_key:?}: {rows:?}"));
+        assert_eq!(row.len(), 19);
+        assert_eq!(row[3], "'=HYPERLINK(\"x\")");
+        assert_eq!(row[8], neutralise(customer), "{row:?}");
+        assert_eq!(row[10], amount.to_string());
+        let parsed = Currency::parse(currency).ok();
+        assert_eq!(row[12], parsed.as_ref().map_or("", |c| c.as_str()));
+        let decimal = parsed.map_or(String::new(), |c| Cents(amount).decimal(&c));
+        assert_eq!(row[11], decimal, "{row:?}");
+        assert!(row[1].ends_with('Z') && row[1].len() == 27, "{}", row[1]);
+    }
+
+    // A filter value is a literal in the COPY: quotes and backslashes in
+    // it match exactly, and change nothing else.
+    for (customer, expected) in [
+        ("o'brien", 1),
+        ("'; SELECT 1; --", 0),
+        ("x\\' OR true --", 0),
+    ] {
+        let url = format!("/audit.csv?customer_id={}", enc(customer));
+        let export = app.get(&url, Some(&cookie)).await;
+        assert_eq!(export.status, StatusCode::OK, "{customer}: {}", export.body);
+        assert_eq!(parse_csv(&export.body).len(), 1 + expected, "{customer}");
+    }
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]

@@ -90,24 +90,50 @@ const CALL_COLUMNS: &str = "a.id, a.at, a.vault_key_id, k.label AS key_label, a.
     a.stripe_customer, a.metadata_customer_id, a.billing_period, a.amount_cents, a.currency,
     a.idempotency_key, a.decision, a.upstream_status, a.stripe_object_id, a.error_code, a.latency_ms";
 
-/// The `WHERE` clause of `filter` (never its position), for `audit_log a`.
-/// Each filter is an equality or range on an indexed column, so bad input
-/// has been refused before it could ask for a scan.
-pub fn push_filter(query: &mut QueryBuilder<'_, Postgres>, filter: &AuditFilter) {
-    query.push(" WHERE true");
+/// A filter's value: bound as a parameter in queries, written as a literal
+/// in the export's `COPY` (which takes no parameters).
+enum Value {
+    Time(chrono::DateTime<chrono::Utc>),
+    Int(i64),
+    Text(String),
+}
+
+impl Value {
+    /// The value as an SQL literal. Text is quoted the standard way (quotes
+    /// doubled; the export's connection has `standard_conforming_strings`
+    /// on, so a backslash is only a backslash). Text PostgreSQL cannot hold
+    /// (a NUL) matches no row: `NULL`, which no comparison is true for.
+    fn literal(&self) -> String {
+        match self {
+            Self::Time(at) => format!(
+                "'{}'::timestamptz",
+                at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            ),
+            Self::Int(n) => n.to_string(),
+            Self::Text(text) if text.contains('\0') => "NULL".into(),
+            Self::Text(text) => format!("'{}'", text.replace('\'', "''")),
+        }
+    }
+}
+
+/// The conditions of `filter` (never its position), for `audit_log a`:
+/// each an SQL fragment ending where its value goes, if it has one. Each
+/// is an equality or range on an indexed column, so bad input has been
+/// refused before it could ask for a scan.
+fn conditions(filter: &AuditFilter) -> Vec<(String, Option<Value>)> {
+    let mut all = Vec::new();
+    let mut with = |sql: &str, value| all.push((sql.to_owned(), Some(value)));
     if let Some(from) = filter.from {
-        query.push(" AND a.at >= ").push_bind(from);
+        with(" AND a.at >= ", Value::Time(from));
     }
     if let Some(to) = filter.to {
-        query.push(" AND a.at < ").push_bind(to);
+        with(" AND a.at < ", Value::Time(to));
     }
     if let Some(key) = filter.key {
-        query.push(" AND a.vault_key_id = ").push_bind(key);
+        with(" AND a.vault_key_id = ", Value::Int(key));
     }
     if let Some(period) = filter.period {
-        query
-            .push(" AND a.billing_period = ")
-            .push_bind(period.to_string());
+        with(" AND a.billing_period = ", Value::Text(period.to_string()));
     }
     let exact = [
         ("a.stripe_customer", &filter.customer),
@@ -118,32 +144,85 @@ pub fn push_filter(query: &mut QueryBuilder<'_, Postgres>, filter: &AuditFilter)
     ];
     for (column, value) in exact {
         if let Some(value) = value {
-            query
-                .push(format!(" AND {column} = "))
-                .push_bind(value.clone());
+            with(&format!(" AND {column} = "), Value::Text(value.clone()));
         }
     }
     match filter.decision {
         None => {}
         Some(DecisionFilter::Exactly(decision)) => {
-            query
-                .push(" AND a.decision = ")
-                .push_bind(decision.as_str());
+            with(" AND a.decision = ", Value::Text(decision.as_str().into()));
         }
         // Also states the refusals index's predicate, so it is used.
-        Some(DecisionFilter::AnyRefusal) => {
-            query.push(" AND a.decision <> 'allowed' AND a.decision LIKE 'refused%'");
-        }
+        Some(DecisionFilter::AnyRefusal) => all.push((
+            " AND a.decision <> 'allowed' AND a.decision LIKE 'refused%'".into(),
+            None,
+        )),
     }
     if let Some(status) = filter.status {
-        query.push(" AND a.upstream_status = ").push_bind(status);
+        all.push((
+            " AND a.upstream_status = ".into(),
+            Some(Value::Int(status.into())),
+        ));
     }
     if let Some(min) = filter.min_amount {
-        query.push(" AND a.amount_cents >= ").push_bind(min.0);
+        all.push((" AND a.amount_cents >= ".into(), Some(Value::Int(min.0))));
     }
     if let Some(max) = filter.max_amount {
-        query.push(" AND a.amount_cents <= ").push_bind(max.0);
+        all.push((" AND a.amount_cents <= ".into(), Some(Value::Int(max.0))));
     }
+    all
+}
+
+/// The `WHERE` clause of `filter` (never its position), for `audit_log a`,
+/// with its values bound.
+pub fn push_filter(query: &mut QueryBuilder<'_, Postgres>, filter: &AuditFilter) {
+    query.push(" WHERE true");
+    for (sql, value) in conditions(filter) {
+        query.push(sql);
+        match value {
+            None => {}
+            Some(Value::Time(at)) => {
+                query.push_bind(at);
+            }
+            Some(Value::Int(n)) => {
+                query.push_bind(n);
+            }
+            Some(Value::Text(text)) => {
+                query.push_bind(text);
+            }
+        }
+    }
+}
+
+/// The same `WHERE` clause with its values written in as literals.
+fn inline_filter(filter: &AuditFilter) -> String {
+    let mut sql = String::from(" WHERE true");
+    for (fragment, value) in conditions(filter) {
+        sql.push_str(&fragment);
+        if let Some(value) = value {
+            sql.push_str(&value.literal());
+        }
+    }
+    sql
+}
+
+/// The rows of the audit CSV export matching `filter`, newest first, as
+/// one `COPY … TO STDOUT` whose rows PostgreSQL writes as CSV itself: the
+/// cells are [`crate::ssr::audit_csv::COPY_COLUMNS`], formulas neutralised
+/// in the query. Only calls of a decision this build knows are exported,
+/// as on the page.
+pub fn export_copy(filter: &AuditFilter) -> String {
+    let known: Vec<String> = Decision::ALL
+        .iter()
+        .map(|d| format!("'{}'", d.as_str()))
+        .collect();
+    format!(
+        "COPY (SELECT {} FROM audit_log a LEFT JOIN vault_keys k ON k.id = a.vault_key_id{} \
+         AND a.decision IN ({}) ORDER BY a.at DESC, a.id DESC) TO STDOUT (FORMAT csv)",
+        crate::ssr::audit_csv::copy_columns(),
+        inline_filter(filter),
+        known.join(", ")
+    )
 }
 
 /// One page of calls matching `query`, newest first, and the links to the
@@ -175,18 +254,7 @@ pub async fn page(
     })
 }
 
-/// Every call matching `filter`, newest first, for streaming out (the
-/// filter's position and page size do not apply).
-pub fn export_query(filter: &AuditFilter) -> QueryBuilder<'static, Postgres> {
-    let mut sql = QueryBuilder::new(format!(
-        "SELECT {CALL_COLUMNS} FROM audit_log a LEFT JOIN vault_keys k ON k.id = a.vault_key_id"
-    ));
-    push_filter(&mut sql, filter);
-    sql.push(" ORDER BY a.at DESC, a.id DESC");
-    sql
-}
-
-/// An audit row as [`page`] and [`export_query`] select it.
+/// An audit row as [`page`] selects it.
 #[derive(sqlx::FromRow)]
 pub struct CallListRow {
     id: i64,
