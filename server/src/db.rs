@@ -67,6 +67,10 @@ impl Database {
         let ledger_pool = PgPoolOptions::new()
             .max_connections(args.db_ledger_connections.max(2))
             .acquire_timeout(std::time::Duration::from_secs(5))
+            // No ping before every batch: it was one more round trip per
+            // ledger write. A connection that broke fails its batch, which
+            // refuses its calls (fail closed), and is then replaced.
+            .test_before_acquire(false)
             .connect_lazy_with(app);
         let protection = audit_chain::log_protection(&pool).await?;
         if protection.can_rewrite {

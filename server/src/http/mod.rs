@@ -98,8 +98,11 @@ pub fn router_tracking(
         .layer(sessions)
         .layer(DefaultBodyLimit::max(MAX_FORM_BODY));
 
+    // Half the ledger's connections write reservations, half settlements
+    // (at least one each); key lookups take a free one between batches.
+    let writers = (ledger_pool.options().get_max_connections() as usize / 2).max(1);
     let proxy = crate::proxy::router(ProxyState {
-        ledger: Ledger::start(ledger_pool.clone(), RESERVE_QUEUE),
+        ledger: Ledger::start(ledger_pool.clone(), RESERVE_QUEUE, writers),
         pool: ledger_pool,
         upstream,
         keys: KeyLookup::new(),

@@ -8,6 +8,12 @@
 //! statement and one commit. Nothing waits for a batch to fill: a lone call
 //! is written at once, and under load the batches grow by themselves.
 //!
+//! Each kind has several writers taking turns at the queue, so a call that
+//! arrives while one batch is being committed is written beside it on
+//! another connection instead of waiting for that commit: PostgreSQL's
+//! group commit flushes both at once. Batches lock keys in key order (see
+//! the migrations), so writers of one kind never deadlock each other.
+//!
 //! One call must never cost another its write: a batch that fails (a row
 //! the database refuses, a deadlock with another process) is written again
 //! call by call, so only a call that fails on its own gets the error. The
@@ -17,7 +23,7 @@
 use std::{fmt, future::Future, sync::Arc};
 
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Mutex};
 
 use app::ssr::data::spend::{self, CallRecord, ReserveCall, Reserved};
 
@@ -57,10 +63,11 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Starts the two writers on `pool`; at most `reserve_queue` calls wait
+    /// Starts `writers` writers of each kind on `pool` (each holds one of
+    /// its connections while it writes); at most `reserve_queue` calls wait
     /// for a reservation. They stop when the last clone is dropped.
-    pub fn start(pool: PgPool, reserve_queue: usize) -> Self {
-        let reserve = Batcher::start(reserve_queue, true, {
+    pub fn start(pool: PgPool, reserve_queue: usize, writers: usize) -> Self {
+        let reserve = Batcher::start(reserve_queue, true, writers, {
             let pool = pool.clone();
             move |calls: Arc<[ReserveCall]>| {
                 let pool = pool.clone();
@@ -69,13 +76,18 @@ impl Ledger {
         });
         // Settlements are never turned away (Stripe has answered them): a
         // full queue makes them wait for room.
-        let record = Batcher::start(RECORD_QUEUE, false, move |calls: Arc<[CallRecord]>| {
-            let pool = pool.clone();
-            async move {
-                spend::record_many(&pool, &calls).await?;
-                Ok(vec![(); calls.len()])
-            }
-        });
+        let record = Batcher::start(
+            RECORD_QUEUE,
+            false,
+            writers,
+            move |calls: Arc<[CallRecord]>| {
+                let pool = pool.clone();
+                async move {
+                    spend::record_many(&pool, &calls).await?;
+                    Ok(vec![(); calls.len()])
+                }
+            },
+        );
         Self { reserve, record }
     }
 
@@ -93,8 +105,8 @@ impl Ledger {
 
 type Reply<R> = oneshot::Sender<Result<R, LedgerError>>;
 
-/// A bounded queue in front of one writer task that runs `write` on
-/// everything queued, in arrival order.
+/// A bounded queue in front of writer tasks that each take everything
+/// queued (in arrival order) when they are free, and run `write` on it.
 struct Batcher<T, R> {
     queue: mpsc::Sender<(T, Reply<R>)>,
     /// Full queue: turn the call away (true) or wait for room (false).
@@ -111,13 +123,16 @@ impl<T, R> Clone for Batcher<T, R> {
 }
 
 impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
-    fn start<W, F>(limit: usize, turn_away: bool, write: W) -> Self
+    fn start<W, F>(limit: usize, turn_away: bool, writers: usize, write: W) -> Self
     where
-        W: Fn(Arc<[T]>) -> F + Send + 'static,
+        W: Fn(Arc<[T]>) -> F + Clone + Send + 'static,
         F: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
     {
         let (queue, waiting) = mpsc::channel(limit.max(1));
-        tokio::spawn(write_batches(waiting, write));
+        let waiting = Arc::new(Mutex::new(waiting));
+        for _ in 0..writers.max(1) {
+            tokio::spawn(write_batches(waiting.clone(), write.clone()));
+        }
         Self { queue, turn_away }
     }
 
@@ -141,16 +156,21 @@ impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
     }
 }
 
-/// The writer: whatever is waiting, in one write; a failed batch again one
-/// call at a time, so a bad call fails alone (only then are calls copied).
-async fn write_batches<T, R, W, F>(mut waiting: mpsc::Receiver<(T, Reply<R>)>, write: W)
+/// A writer: whatever is waiting when it is free, in one write (the queue is
+/// held only while taking); a failed batch again one call at a time, so a
+/// bad call fails alone (only then are calls copied).
+async fn write_batches<T, R, W, F>(waiting: Arc<Mutex<mpsc::Receiver<(T, Reply<R>)>>>, write: W)
 where
     T: Clone,
     W: Fn(Arc<[T]>) -> F,
     F: Future<Output = Result<Vec<R>, sqlx::Error>>,
 {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while waiting.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    loop {
+        let taken = waiting.lock().await.recv_many(&mut batch, MAX_BATCH).await;
+        if taken == 0 {
+            break;
+        }
         let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.drain(..).unzip();
         let items: Arc<[T]> = items.into();
         let alone = items.len() == 1;

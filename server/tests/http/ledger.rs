@@ -1,7 +1,11 @@
 //! The proxy's grouped ledger writers: one call's bad row never costs the
-//! calls written beside it, and a full reservation queue turns new calls
-//! away before anything is reserved.
+//! calls written beside it, a full reservation queue turns new calls away
+//! before anything is reserved, and a batch that waits does not hold up
+//! calls another writer can take.
 
+use std::time::Duration;
+
+use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -96,7 +100,7 @@ async fn let_tasks_queue() {
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
-    let ledger = Ledger::start(pool.clone(), 64);
+    let ledger = Ledger::start(pool.clone(), 64, 1);
     // Hold the writer on its first call so the next ten wait as one batch.
     let mut lock = pool.begin().await.unwrap();
     sqlx::query("LOCK TABLE audit_log IN EXCLUSIVE MODE")
@@ -142,7 +146,7 @@ async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_full_reservation_queue_turns_new_calls_away_before_reserving(pool: PgPool) {
     let (_app, _stripe, _key, key_id) = proxy_with_key(pool.clone(), 1_000_000).await;
-    let ledger = Ledger::start(pool.clone(), 1);
+    let ledger = Ledger::start(pool.clone(), 1, 1);
     let mut lock = pool.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM vault_keys WHERE id = $1 FOR UPDATE")
         .bind(key_id)
@@ -174,4 +178,50 @@ async fn a_full_reservation_queue_turns_new_calls_away_before_reserving(pool: Pg
         .await
         .unwrap();
     assert_eq!(reserved, 200, "the turned-away call reserved nothing");
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_call_on_another_key_is_reserved_while_a_batch_waits_on_a_locked_key(pool: PgPool) {
+    let (app, _stripe, _key, held) = proxy_with_key(pool.clone(), 1_000_000).await;
+    let token = app.api_token().await;
+    let body = json!({
+        "label": "another run", "expected_total_cents": 1_000_000, "cap_cents": 1_000_000,
+        "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+    });
+    let created = app
+        .api("POST", "/vault/keys", Some(&token), Some(body))
+        .await;
+    let other = created.json()["id"].as_i64().unwrap();
+    let ledger = Ledger::start(pool.clone(), 64, 2);
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM vault_keys WHERE id = $1 FOR UPDATE")
+        .bind(held)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let ledger = ledger.clone();
+        async move { ledger.reserve(reserve_call(held, 1)).await }
+    });
+    until_a_writer_waits(&pool).await;
+
+    // One writer is stuck behind the lock; the other takes this call. (The
+    // bound only turns a hang into a failure.)
+    let beside = tokio::time::timeout(
+        Duration::from_secs(30),
+        ledger.reserve(reserve_call(other, 2)),
+    )
+    .await
+    .expect("a free writer reserves a call on another key without waiting for the lock");
+    assert!(matches!(beside, Ok(Reserved::New { .. })), "{beside:?}");
+    let still_waiting: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM reservations WHERE vault_key_id = $1")
+            .bind(held)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(still_waiting, 0, "the held key's call is still waiting");
+
+    lock.commit().await.unwrap();
+    assert!(matches!(waiting.await.unwrap(), Ok(Reserved::New { .. })));
 }
