@@ -28,12 +28,20 @@ pub struct EmbeddedPostgres {
     run_as: Option<nix::unistd::User>,
     /// Whether this process started the server (and so must stop it).
     started_here: bool,
+    /// `name=value` server settings given when this process starts it.
+    settings: Vec<String>,
 }
 
 impl EmbeddedPostgres {
     /// Initialises the cluster on first use and starts it (or joins it if
     /// another Vaultcap process already runs it).
     pub async fn start(cluster_dir: &Path) -> anyhow::Result<Self> {
+        Self::start_with(cluster_dir, &[]).await
+    }
+
+    /// As [`Self::start`], with `name=value` server settings (used only if
+    /// this process starts the server).
+    pub async fn start_with(cluster_dir: &Path, settings: &[&str]) -> anyhow::Result<Self> {
         let bin_dir = find_binaries()?;
         let run_as = if nix::unistd::geteuid().is_root() {
             let user = nix::unistd::User::from_name("postgres")
@@ -63,6 +71,7 @@ impl EmbeddedPostgres {
             bin_dir,
             run_as,
             started_here: false,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
         };
         let dir = pg.cluster_dir.clone();
         let pg = tokio::task::spawn_blocking(move || -> anyhow::Result<Self> {
@@ -122,6 +131,17 @@ impl EmbeddedPostgres {
         cmd
     }
 
+    /// The postmaster's process id (the first line of `postmaster.pid`).
+    pub fn postmaster_pid(&self) -> anyhow::Result<u32> {
+        let file = self.cluster_dir.join("postmaster.pid");
+        std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?
+            .lines()
+            .next()
+            .and_then(|line| line.trim().parse().ok())
+            .with_context(|| format!("no process id in {}", file.display()))
+    }
+
     /// Stops the server if this process started it ("fast" shutdown: open
     /// transactions are rolled back, data is flushed).
     pub async fn stop(self) -> anyhow::Result<()> {
@@ -174,10 +194,14 @@ impl EmbeddedPostgres {
     }
 
     fn start_server(&self) -> anyhow::Result<()> {
-        let options = format!(
+        let mut options = format!(
             "-k {} -p {PORT} -c listen_addresses=",
             self.cluster_dir.display()
         );
+        for setting in &self.settings {
+            options.push_str(" -c ");
+            options.push_str(setting);
+        }
         let output = self
             .pg_ctl(["start", "-w", "-t", "60"])
             .arg("-l")

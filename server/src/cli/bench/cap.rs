@@ -15,18 +15,16 @@
 //! and cost the honest charges nothing.
 
 use std::{
-    collections::HashMap,
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::{ensure, Context};
-use axum::{extract::State, http::HeaderMap, routing::post, Form, Json, Router};
 use clap::Args;
 use tokio::sync::watch;
 
-use super::{issue_keys, serve, BenchDatabase, ServeProcess};
+use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
 use app::ssr::data::spend;
 
 /// Every charge is for this many cents.
@@ -563,43 +561,5 @@ impl Charger {
                 Err(err) => return Err(err.into()),
             }
         }
-    }
-}
-
-/// An instant Stripe that honours Idempotency-Key as Stripe does: a retry
-/// gets the original charge back and takes no money.
-#[derive(Clone, Default)]
-struct FakeStripe {
-    /// Idempotency-Key → charge id.
-    charged: Arc<Mutex<HashMap<String, String>>>,
-}
-
-impl FakeStripe {
-    fn router(&self) -> Router {
-        Router::new()
-            .route("/v1/charges", post(Self::charge))
-            .with_state(self.clone())
-    }
-
-    async fn charge(
-        State(stripe): State<Self>,
-        headers: HeaderMap,
-        Form(params): Form<HashMap<String, String>>,
-    ) -> Json<serde_json::Value> {
-        let key = headers
-            .get("idempotency-key")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let mut charged = stripe.charged.lock().expect("not poisoned");
-        let next = format!("ch_{}", charged.len() + 1);
-        let id = charged.entry(key).or_insert(next).clone();
-        Json(serde_json::json!({
-            "id": id, "object": "charge", "amount": params.get("amount"), "status": "succeeded",
-        }))
-    }
-
-    fn charges(&self) -> HashMap<String, String> {
-        self.charged.lock().expect("not poisoned").clone()
     }
 }

@@ -7,14 +7,20 @@ mod console;
 mod proxy;
 mod reconcile;
 
-use std::{os::unix::fs::PermissionsExt, path::Path, process::Stdio};
+use std::{
+    collections::HashMap,
+    os::unix::fs::PermissionsExt,
+    path::Path,
+    process::Stdio,
+    sync::{Arc, Mutex},
+};
 
 use anyhow::{bail, Context};
 use app::ssr::{
     data::{actions::Actor, vault_keys::VaultKeyRow},
     vault_keys::{self, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
 };
-use axum::Router;
+use axum::{extract::State, http::HeaderMap, routing::post, Form, Json, Router};
 use clap::Subcommand;
 use sqlx::{postgres::PgPoolOptions, PgPool};
 use tokio::{
@@ -67,12 +73,17 @@ pub struct BenchDatabase {
 
 impl BenchDatabase {
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// With `name=value` server settings.
+    pub async fn start_with(settings: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("vaultcap-bench.")
             .tempdir()?;
         // Run as root, PostgreSQL runs as the postgres user, who must get in.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
-        let pg = EmbeddedPostgres::start(&dir.path().join("postgres")).await?;
+        let pg = EmbeddedPostgres::start_with(&dir.path().join("postgres"), settings).await?;
         let pool = PgPoolOptions::new()
             .max_connections(32)
             .connect_with(pg.connect_options(DATABASE))
@@ -220,5 +231,44 @@ impl ServeProcess {
             .context("vaultcap serve did not stop within 60 s")??;
         anyhow::ensure!(status.success(), "vaultcap serve stopped with {status}");
         Ok(())
+    }
+}
+
+/// An instant Stripe that honours Idempotency-Key as Stripe does: a retry
+/// gets the original charge back and takes no money.
+#[derive(Clone, Default)]
+pub struct FakeStripe {
+    /// Idempotency-Key → charge id.
+    charged: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl FakeStripe {
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/v1/charges", post(Self::charge))
+            .with_state(self.clone())
+    }
+
+    async fn charge(
+        State(stripe): State<Self>,
+        headers: HeaderMap,
+        Form(params): Form<HashMap<String, String>>,
+    ) -> Json<serde_json::Value> {
+        let key = headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let mut charged = stripe.charged.lock().expect("not poisoned");
+        let next = format!("ch_{}", charged.len() + 1);
+        let id = charged.entry(key).or_insert(next).clone();
+        Json(serde_json::json!({
+            "id": id, "object": "charge", "amount": params.get("amount"), "status": "succeeded",
+        }))
+    }
+
+    /// Idempotency-Key → the charge made under it.
+    pub fn charges(&self) -> HashMap<String, String> {
+        self.charged.lock().expect("not poisoned").clone()
     }
 }

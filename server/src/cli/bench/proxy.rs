@@ -1,281 +1,565 @@
-//! `vaultcap bench proxy`: the proxy's added latency and metered throughput,
-//! measured against an instant local upstream, with durable reservations and
-//! audit rows in a private PostgreSQL cluster made for the run (and removed
-//! after it), next to pgbench's simple-update figure on the same cluster.
+//! `vaultcap bench proxy`: what the proxy costs per metered call, next to
+//! the physical bound of durable per-call writes on the same PostgreSQL.
 //!
-//! Client, proxy and upstream share this process and the machine's cores,
-//! so the figures are an upper bound on what the proxy adds.
+//! Three processes: `wrk` (the client, driven by `charges.lua`), a real
+//! `vaultcap serve` child (the proxy), and this one (the instant fake Stripe
+//! and the private cluster made for the run). Every charge carries its own
+//! Idempotency-Key and customer, as a billing run sends them, so the
+//! idempotency check and the duplicate guard run on every call. Loads: the
+//! upstream alone, 1/8/64 calls in flight over 100 keys and on one hot key,
+//! and twins (every charge sent twice at once). Then pgbench's simple-update
+//! at the same concurrency, and the ratios. The proxy's and PostgreSQL's CPU
+//! time per call are read from /proc, so a regression shows on a noisy
+//! machine too. Fails when a target is missed or a call is unaccounted for.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{path::Path, process::Stdio, time::Duration};
 
-use anyhow::{bail, Context};
-use app::ssr::{AppState, AuthConfig};
-use axum::{routing::post, Json, Router};
+use anyhow::{bail, ensure, Context};
 use clap::Args;
 
-use super::{issue_keys, serve, BenchDatabase};
-use crate::{
-    embedded_pg::EmbeddedPostgres,
-    http,
-    proxy::upstream::{StripeSecret, Upstream},
-};
+use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
+use crate::embedded_pg::EmbeddedPostgres;
+
+const SCRIPT: &str = include_str!("charges.lua");
 
 #[derive(Debug, Args)]
 pub struct ProxyBenchArgs {
-    /// Requests per measurement.
-    #[arg(long, default_value_t = 5000)]
-    requests: usize,
-    /// Requests in flight at once.
-    #[arg(long, default_value_t = 64)]
-    concurrency: usize,
-    /// Seconds pgbench runs for the comparison.
-    #[arg(long, default_value_t = 10)]
-    pgbench_seconds: u32,
+    /// Seconds each load (and each pgbench run) lasts.
+    #[arg(long, default_value_t = 6)]
+    seconds: u32,
+    /// Print the figures without failing on missed targets.
+    #[arg(long)]
+    no_targets: bool,
+    /// Load pg_stat_statements (nested statements too) and print the
+    /// statements that took the most time over the proxied loads.
+    #[arg(long)]
+    statements: bool,
 }
 
 pub async fn run(args: ProxyBenchArgs) -> anyhow::Result<()> {
-    let db = BenchDatabase::start().await?;
+    let settings: &[&str] = if args.statements {
+        &[
+            "shared_preload_libraries=pg_stat_statements",
+            "pg_stat_statements.track=all",
+        ]
+    } else {
+        &[]
+    };
+    let db = BenchDatabase::start_with(settings).await?;
+    if args.statements {
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(&db.pool)
+            .await?;
+    }
     let result = measure(&db, &args).await;
     db.stop().await?;
     result
 }
 
-async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()> {
-    let pool = &db.pool;
-    let upstream_addr = serve(Router::new().route(
-        "/v1/charges",
-        post(|| async { Json(serde_json::json!({ "id": "ch_bench", "object": "charge" })) }),
-    ))
-    .await?;
-    let upstream_base = format!("http://{upstream_addr}");
-    let state = AppState {
-        leptos_options: leptos::config::LeptosOptions::builder()
-            .output_name("vaultcap")
-            .build(),
-        pool: pool.clone(),
-        auth: Arc::new(AuthConfig::default()),
-        cap_increases: Default::default(),
-        password_checks: Default::default(),
-        key_policy: Default::default(),
-        stripe_configured: true,
-    };
-    let upstream = Upstream::new(
-        &upstream_base,
-        Some(StripeSecret::new("sk_bench".into())),
-        Duration::from_secs(30),
-    )?;
-    let proxy_addr = serve(http::router(state, upstream, pool.clone())).await?;
-    let proxy_base = format!("http://{proxy_addr}");
+/// One load: who is called, how, with how many in flight.
+struct Load {
+    name: &'static str,
+    in_flight: usize,
+    target: Target,
+    keys: Keys,
+    twins: bool,
+}
 
-    // Caps no run can reach.
-    let keys = issue_keys(pool, 101, 1_000_000_000_000).await?;
-    let (hot, spread) = keys.split_first().context("keys were issued")?;
-    let spread: Vec<String> = spread.iter().map(|(secret, _)| secret.clone()).collect();
+#[derive(Clone, Copy, PartialEq)]
+enum Target {
+    Upstream,
+    Proxy,
+}
 
-    println!(
-        "vaultcap bench proxy: {} requests per run, {} in flight",
-        args.requests, args.concurrency
-    );
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency)
-        .build()?;
-    let mut spread_rate = 0.0;
-    // Warm connections and caches on both paths.
-    fire(
-        &client,
-        &upstream_base,
-        &[String::from("sk_bench")],
-        500,
-        args.concurrency,
-    )
-    .await?;
-    fire(&client, &proxy_base, &spread, 500, args.concurrency).await?;
+impl Target {
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Upstream => "direct",
+            Self::Proxy => "proxy",
+        }
+    }
+}
 
-    let direct_key = [String::from("sk_bench")];
-    println!("\nlatency                p50        p99      calls/s");
-    for in_flight in [args.concurrency, 1] {
-        let requests = if in_flight == 1 { 1_000 } else { args.requests };
-        let direct = fire(&client, &upstream_base, &direct_key, requests, in_flight).await?;
-        let proxied = fire(&client, &proxy_base, &spread, requests, in_flight).await?;
-        direct.print(&format!("direct, {in_flight} in flight"));
-        proxied.print(&format!("proxy, {in_flight} in flight"));
-        println!(
-            "{:<20} {:>7.2} ms {:>7.2} ms   (targets: <= 1 ms p50, <= 5 ms p99)",
-            "added",
-            proxied.p50() - direct.p50(),
-            proxied.p99() - direct.p99()
-        );
-        if in_flight == args.concurrency {
-            spread_rate = proxied.rate();
+#[derive(Clone, Copy)]
+enum Keys {
+    Spread,
+    Hot,
+}
+
+const LOADS: &[Load] = &[
+    Load::upstream(1),
+    Load::upstream(64),
+    Load::proxy("100 keys", 1, Keys::Spread, false),
+    Load::proxy("100 keys", 8, Keys::Spread, false),
+    Load::proxy("100 keys", 64, Keys::Spread, false),
+    Load::proxy("1 hot key", 8, Keys::Hot, false),
+    Load::proxy("1 hot key", 64, Keys::Hot, false),
+    Load::proxy("100 keys, twins", 8, Keys::Spread, true),
+    Load::proxy("100 keys, twins", 64, Keys::Spread, true),
+];
+
+impl Load {
+    const fn upstream(in_flight: usize) -> Self {
+        Self {
+            name: "direct (no proxy)",
+            in_flight,
+            target: Target::Upstream,
+            keys: Keys::Spread,
+            twins: false,
         }
     }
 
-    let hot_run = fire(
-        &client,
-        &proxy_base,
-        std::slice::from_ref(&hot.0),
-        args.requests,
-        args.concurrency,
+    const fn proxy(name: &'static str, in_flight: usize, keys: Keys, twins: bool) -> Self {
+        Self {
+            name,
+            in_flight,
+            target: Target::Proxy,
+            keys,
+            twins,
+        }
+    }
+}
+
+/// What wrk measured, and the CPU the proxy and PostgreSQL spent meanwhile.
+struct Measured {
+    calls: u64,
+    seconds: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Answers 2xx, 409 (a twin while the first is in flight), other.
+    ok: u64,
+    conflict: u64,
+    other: u64,
+    socket_errors: u64,
+    proxy_cpu: Duration,
+    postgres_cpu: Duration,
+}
+
+impl Measured {
+    fn rate(&self) -> f64 {
+        self.calls as f64 / self.seconds
+    }
+
+    fn per_call_ms(&self, cpu: Duration) -> f64 {
+        cpu.as_secs_f64() * 1000.0 / self.calls.max(1) as f64
+    }
+}
+
+async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()> {
+    let binary = std::env::current_exe().context("finding the vaultcap binary")?;
+    let stripe = FakeStripe::default();
+    let stripe_base = format!("http://{}", serve(stripe.router()).await?);
+    // Caps no run can reach.
+    let keys = issue_keys(&db.pool, 101, 1_000_000_000_000).await?;
+    let (hot, spread) = keys.split_first().context("keys were issued")?;
+    let scratch = db.scratch();
+    let hot_file = scratch.join("hot.keys");
+    let spread_file = scratch.join("spread.keys");
+    std::fs::write(&hot_file, format!("{}\n", hot.0))?;
+    std::fs::write(
+        &spread_file,
+        spread
+            .iter()
+            .map(|(secret, _)| format!("{secret}\n"))
+            .collect::<String>(),
+    )?;
+    let script = scratch.join("charges.lua");
+    std::fs::write(&script, SCRIPT)?;
+
+    let env = [
+        ("DATABASE_URL", db.url()),
+        ("STRIPE_API_BASE", stripe_base.clone()),
+        ("STRIPE_SECRET_KEY", "sk_bench".to_owned()),
+        ("RUST_LOG", "warn".to_owned()),
+    ];
+    let log = scratch.join("serve.log");
+    let proxy = ServeProcess::start(&binary, &env, &log).await?;
+    let proxy_pid = proxy.pid().context("the proxy's pid")?;
+    let postmaster = db.pg.postmaster_pid()?;
+
+    println!("vaultcap bench proxy: {} s per load", args.seconds);
+    println!("PostgreSQL: {}", settings(&db.pool).await?);
+    // Warm connections, caches and plans on both paths.
+    let warm = |target: &str, tag: &str| wrk(&script, target, &spread_file, false, 8, 2, tag);
+    warm(&stripe_base, "directwarm")?;
+    warm(&proxy.base, "proxywarm")?;
+
+    println!(
+        "\n{:<18} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}  answers",
+        "load", "in flight", "calls/s", "p50 ms", "p99 ms", "proxy CPU", "PG CPU"
+    );
+    let mut results = Vec::new();
+    for load in LOADS {
+        let (base, keys) = match (load.target, load.keys) {
+            (Target::Upstream, _) => (&stripe_base, &spread_file),
+            (Target::Proxy, Keys::Spread) => (&proxy.base, &spread_file),
+            (Target::Proxy, Keys::Hot) => (&proxy.base, &hot_file),
+        };
+        let cpu_before = (process_cpu(proxy_pid)?, cluster_cpu(postmaster)?);
+        let mut measured = wrk(
+            &script,
+            base,
+            keys,
+            load.twins,
+            load.in_flight,
+            args.seconds,
+            &format!("{}{}", load.target.tag(), results.len()),
+        )?;
+        measured.proxy_cpu = process_cpu(proxy_pid)?.saturating_sub(cpu_before.0);
+        measured.postgres_cpu = cluster_cpu(postmaster)?.saturating_sub(cpu_before.1);
+        let cpu = |cpu| {
+            if load.target == Target::Proxy {
+                format!("{:.3} ms", measured.per_call_ms(cpu))
+            } else {
+                "-".into()
+            }
+        };
+        println!(
+            "{:<18} {:>9} {:>9.0} {:>9.2} {:>9.2} {:>10} {:>10}  {} ok, {} 409, {} other{}",
+            load.name,
+            load.in_flight,
+            measured.rate(),
+            measured.p50_ms,
+            measured.p99_ms,
+            cpu(measured.proxy_cpu),
+            cpu(measured.postgres_cpu),
+            measured.ok,
+            measured.conflict,
+            measured.other,
+            if measured.socket_errors > 0 {
+                format!(", {} socket errors", measured.socket_errors)
+            } else {
+                String::new()
+            }
+        );
+        results.push((load, measured));
+    }
+    let failed_batches = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains("a ledger batch failed"))
+        .count();
+    proxy.stop().await?;
+
+    let books = books(db, &stripe).await?;
+    if args.statements {
+        print_statements(&db.pool).await?;
+    }
+    pgbench_init(&db.pg)?;
+    let pgbench: Vec<(usize, Pgbench)> = [1, 8, 64]
+        .into_iter()
+        .map(|clients| Ok((clients, pgbench(&db.pg, args.seconds, clients)?)))
+        .collect::<anyhow::Result<_>>()?;
+    println!("\npgbench simple-update, same cluster");
+    for (clients, run) in &pgbench {
+        println!(
+            "{clients:>3} clients {:>9.0} tps   {:.3} ms per transaction",
+            run.tps, run.latency_ms
+        );
+    }
+
+    let tps = |in_flight| {
+        pgbench
+            .iter()
+            .find(|(clients, _)| *clients == in_flight)
+            .map(|(_, run)| run)
+    };
+    let find = |name: &str, in_flight| {
+        results
+            .iter()
+            .find(|(load, _)| load.name == name && load.in_flight == in_flight)
+            .map(|(_, measured)| measured)
+            .context("a load that was run")
+    };
+    let mut missed = Vec::new();
+    let mut check = |what: String, ok: bool| {
+        println!("{} {what}", if ok { "ok    " } else { "MISSED" });
+        if !ok {
+            missed.push(what);
+        }
+    };
+    println!("\ntargets");
+    let alone = find("100 keys", 1)?;
+    let one_tx = tps(1).context("pgbench at 1 client")?.latency_ms;
+    let p50_limit = 2.0 * one_tx + 0.3;
+    check(
+        format!(
+            "one call alone: p50 {:.2} ms <= 2 x {one_tx:.2} + 0.3 = {p50_limit:.2} ms, p99 {:.2} ms <= 3 ms",
+            alone.p50_ms, alone.p99_ms
+        ),
+        alone.p50_ms <= p50_limit && alone.p99_ms <= 3.0,
+    );
+    for (name, in_flight, factor) in [
+        ("100 keys", 8, 0.5),
+        ("1 hot key", 8, 0.5),
+        ("100 keys", 64, 0.75),
+        ("1 hot key", 64, 0.75),
+    ] {
+        let bound = tps(in_flight).context("pgbench at this concurrency")?.tps;
+        let rate = find(name, in_flight)?.rate();
+        check(
+            format!(
+                "{name}, {in_flight} in flight: {rate:.0} calls/s = {:.2} x pgbench (>= {factor})",
+                rate / bound
+            ),
+            rate >= factor * bound,
+        );
+    }
+    for in_flight in [8, 64] {
+        let plain = find("100 keys", in_flight)?.rate();
+        let twins = find("100 keys, twins", in_flight)?.rate();
+        check(
+            format!(
+                "twins, {in_flight} in flight: {twins:.0} calls/s = {:.2} x without twins (>= 0.8)",
+                twins / plain
+            ),
+            twins >= 0.8 * plain,
+        );
+    }
+    check(
+        format!("ledger batches that failed and were written call by call: {failed_batches}"),
+        failed_batches == 0,
+    );
+    let unanswered: u64 = results.iter().map(|(_, m)| m.other + m.socket_errors).sum();
+    check(
+        format!("calls answered other than 2xx or 409: {unanswered}"),
+        unanswered == 0,
+    );
+    check(books.summary(), books.balanced());
+    if missed.is_empty() || args.no_targets {
+        Ok(())
+    } else {
+        bail!("{} target(s) missed", missed.len())
+    }
+}
+
+/// Where PostgreSQL's time went: the statements with the most total time,
+/// nested ones (inside the ledger's functions and triggers) included.
+async fn print_statements(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    let rows: Vec<(f64, i64, f64, String)> = sqlx::query_as(
+        "SELECT total_exec_time, calls, mean_exec_time,
+                left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
+         FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+         ORDER BY total_exec_time DESC LIMIT 15",
     )
+    .fetch_all(pool)
     .await?;
-    println!("\nmetered throughput");
-    println!("100 keys     {spread_rate:>9.0} calls/s");
-    println!("1 hot key    {:>9.0} calls/s", hot_run.rate());
-
-    let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log")
-        .fetch_one(pool)
-        .await?;
-    let spent: i64 = sqlx::query_scalar("SELECT sum(spent_cents)::bigint FROM vault_keys")
-        .fetch_one(pool)
-        .await?;
-    println!(
-        "audit rows {audited}, spent {spent} cents (every proxied call metered: {})",
-        audited * 100 == spent
-    );
-
-    let tps = pgbench(&db.pg, args.pgbench_seconds, args.concurrency.min(16))?;
-    println!(
-        "pgbench simple-update {tps:.0} tps (same cluster, {} clients)",
-        args.concurrency.min(16)
-    );
-    println!(
-        "ratio: 100 keys {:.2}x, hot key {:.2}x of pgbench (targets: >= 0.5x, >= 0.2x)",
-        spread_rate / tps,
-        hot_run.rate() / tps
-    );
+    println!("\nstatements by total time (pg_stat_statements, nested included)");
+    println!("{:>10} {:>9} {:>9}  query", "total ms", "calls", "mean ms");
+    for (total, calls, mean, query) in rows {
+        println!("{total:>10.0} {calls:>9} {mean:>9.3}  {query}");
+    }
     Ok(())
 }
 
-struct Run {
-    latencies_ms: Vec<f64>,
-    elapsed: Duration,
+/// The settings that decide what a durable write costs.
+async fn settings(pool: &sqlx::PgPool) -> anyhow::Result<String> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT name, setting || coalesce(unit, '') FROM pg_settings
+         WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', 'wal_sync_method',
+                        'commit_delay', 'max_connections', 'wal_buffers', 'server_version')
+         ORDER BY name",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect::<Vec<_>>()
+        .join(" "))
 }
 
-impl Run {
-    fn percentile(&self, p: f64) -> f64 {
-        let index = ((self.latencies_ms.len() as f64 - 1.0) * p).round() as usize;
-        self.latencies_ms[index]
-    }
-    fn p50(&self) -> f64 {
-        self.percentile(0.50)
-    }
-    fn p99(&self) -> f64 {
-        self.percentile(0.99)
-    }
-    fn rate(&self) -> f64 {
-        self.latencies_ms.len() as f64 / self.elapsed.as_secs_f64()
-    }
-    fn print(&self, name: &str) {
-        println!(
-            "{name:<20} {:>7.2} ms {:>7.2} ms {:>9.0}",
-            self.p50(),
-            self.p99(),
-            self.rate()
-        );
-    }
-}
-
-/// `total` charges of 100 cents, each for another customer, `concurrency`
-/// at a time, keys in turn.
-async fn fire(
-    client: &reqwest::Client,
+/// Runs wrk for `seconds` with `in_flight` connections; `tag` starts this
+/// run's Idempotency-Keys and customer ids, so no two runs share one.
+fn wrk(
+    script: &Path,
     base: &str,
-    keys: &[String],
-    total: usize,
-    concurrency: usize,
-) -> anyhow::Result<Run> {
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..concurrency {
-        let (client, url, keys, next) = (
-            client.clone(),
-            format!("{base}/v1/charges"),
-            keys.to_vec(),
-            next.clone(),
-        );
-        workers.spawn(async move {
-            let mut latencies = Vec::new();
-            loop {
-                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if n >= total {
-                    return Ok::<_, anyhow::Error>(latencies);
-                }
-                let sent = Instant::now();
-                let response = client
-                    .post(&url)
-                    .bearer_auth(&keys[n % keys.len()])
-                    .header("content-type", "application/x-www-form-urlencoded")
-                    // One charge per customer, as a billing run makes them:
-                    // the duplicate guard looks each customer up.
-                    .body(format!(
-                        "amount=100&currency=usd&customer=cus_bench&metadata%5Bcustomer_id%5D=cust_{n}"
-                    ))
-                    .send()
-                    .await?;
-                if !response.status().is_success() {
-                    bail!(
-                        "{url} answered {}: {}",
-                        response.status(),
-                        response.text().await.unwrap_or_default()
-                    );
-                }
-                response.bytes().await?;
-                latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
-            }
-        });
-    }
-    let mut latencies_ms = Vec::with_capacity(total);
-    for batch in workers.join_all().await {
-        latencies_ms.extend(batch?);
-    }
-    let elapsed = started.elapsed();
-    latencies_ms.sort_by(f64::total_cmp);
-    Ok(Run {
-        latencies_ms,
-        elapsed,
+    keys: &Path,
+    twins: bool,
+    in_flight: usize,
+    seconds: u32,
+    tag: &str,
+) -> anyhow::Result<Measured> {
+    let output = std::process::Command::new("wrk")
+        .arg("-t")
+        .arg(in_flight.min(2).to_string())
+        .arg("-c")
+        .arg(in_flight.to_string())
+        .arg("-d")
+        .arg(format!("{seconds}s"))
+        .args(["--timeout", "10s", "-s"])
+        .arg(script)
+        .arg(format!("{base}/v1/charges"))
+        .arg("--")
+        .arg(keys)
+        .arg(if twins { "twins" } else { "single" })
+        .arg(tag)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running wrk (apt-get install wrk)")?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    ensure!(output.status.success(), "wrk failed: {stdout}");
+    let line = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("VAULTCAP "))
+        .with_context(|| format!("no figures in wrk's output: {stdout}"))?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        line.split_whitespace()
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .with_context(|| format!("{name} in {line}"))?
+            .parse()
+            .with_context(|| format!("{name} in {line}"))
+    };
+    Ok(Measured {
+        calls: field("requests")?,
+        seconds: field("duration_us")? as f64 / 1e6,
+        p50_ms: field("p50_us")? as f64 / 1000.0,
+        p99_ms: field("p99_us")? as f64 / 1000.0,
+        ok: field("ok")?,
+        conflict: field("conflict")?,
+        other: field("other")?,
+        socket_errors: field("socket_errors")?,
+        proxy_cpu: Duration::ZERO,
+        postgres_cpu: Duration::ZERO,
     })
 }
 
-/// pgbench's simple-update transactions per second on the same cluster.
-fn pgbench(pg: &EmbeddedPostgres, seconds: u32, clients: usize) -> anyhow::Result<f64> {
+/// Fields of `/proc/PID/stat` after the command name: (ppid, user + system
+/// ticks, children's user + system ticks).
+fn proc_stat(pid: u32) -> Option<(u32, u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let number = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    Some((
+        u32::try_from(number(1)?).ok()?,
+        number(11)? + number(12)?,
+        number(13)? + number(14)?,
+    ))
+}
+
+fn ticks(ticks: u64) -> Duration {
+    // /proc counts CPU time in USER_HZ, 100 on every Linux architecture
+    // Vaultcap runs on (it is part of the kernel's ABI, unlike HZ).
+    Duration::from_millis(ticks * 10)
+}
+
+/// CPU time (user + system) one process has used.
+fn process_cpu(pid: u32) -> anyhow::Result<Duration> {
+    let (_, own, _) = proc_stat(pid).context("reading the proxy's CPU time")?;
+    Ok(ticks(own))
+}
+
+/// CPU time of the whole cluster: the postmaster, its live children (the
+/// backends, the WAL writer, the checkpointer) and those that have exited.
+fn cluster_cpu(postmaster: u32) -> anyhow::Result<Duration> {
+    let (_, own, exited) = proc_stat(postmaster).context("reading PostgreSQL's CPU time")?;
+    let mut total = own + exited;
+    for entry in std::fs::read_dir("/proc")? {
+        let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        if let Some((ppid, used, _)) = proc_stat(pid) {
+            if ppid == postmaster {
+                total += used;
+            }
+        }
+    }
+    Ok(ticks(total))
+}
+
+struct Pgbench {
+    tps: f64,
+    latency_ms: f64,
+}
+
+fn pgbench_init(pg: &EmbeddedPostgres) -> anyhow::Result<()> {
     let init = pg
         .pgbench("postgres")
         .args(["-i", "-q", "-s", "10"])
         .output()
         .context("running pgbench -i")?;
-    if !init.status.success() {
-        bail!(
-            "pgbench -i failed: {}",
-            String::from_utf8_lossy(&init.stderr)
-        );
-    }
+    ensure!(
+        init.status.success(),
+        "pgbench -i failed: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    Ok(())
+}
+
+/// pgbench's simple-update on the same cluster with `clients` connections.
+fn pgbench(pg: &EmbeddedPostgres, seconds: u32, clients: usize) -> anyhow::Result<Pgbench> {
     let run = pg
         .pgbench("postgres")
+        .args(["-b", "simple-update", "-n", "-c", &clients.to_string()])
         .args([
-            "-b",
-            "simple-update",
-            "-n",
-            "-c",
-            &clients.to_string(),
             "-j",
-            "2",
+            &clients.min(2).to_string(),
             "-T",
             &seconds.to_string(),
         ])
         .output()
         .context("running pgbench")?;
     let out = String::from_utf8_lossy(&run.stdout);
-    out.lines()
-        .find_map(|line| {
-            line.strip_prefix("tps = ")?
+    let figure = |prefix: &str| -> Option<f64> {
+        out.lines().find_map(|line| {
+            line.strip_prefix(prefix)?
                 .split_whitespace()
                 .next()?
                 .parse()
                 .ok()
         })
-        .with_context(|| format!("no tps in pgbench output: {out}"))
+    };
+    Ok(Pgbench {
+        tps: figure("tps = ").with_context(|| format!("no tps in pgbench output: {out}"))?,
+        latency_ms: figure("latency average = ")
+            .with_context(|| format!("no latency in pgbench output: {out}"))?,
+    })
+}
+
+/// Every call the proxy answered, against what Stripe made and what the
+/// ledger says.
+struct Books {
+    stripe_charges: i64,
+    settled: i64,
+    open: i64,
+    spent_cents: i64,
+}
+
+async fn books(db: &BenchDatabase, stripe: &FakeStripe) -> anyhow::Result<Books> {
+    let (settled, open, spent_cents): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state = 'settled'),
+                count(*) FILTER (WHERE state IN ('pending', 'outcome_unknown')),
+                (SELECT coalesce(sum(spent_cents), 0)::bigint FROM vault_keys)
+         FROM reservations",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    // The warm-up and direct loads' charges are not the proxied loads'.
+    let proxied = stripe
+        .charges()
+        .keys()
+        .filter(|key| key.starts_with("proxy"))
+        .count();
+    Ok(Books {
+        stripe_charges: proxied as i64,
+        settled,
+        open,
+        spent_cents,
+    })
+}
+
+impl Books {
+    fn balanced(&self) -> bool {
+        self.stripe_charges == self.settled
+            && self.open == 0
+            && self.spent_cents == self.settled * 100
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "charges Stripe made {}, reservations settled {}, left open {}, spent {} cents (100 each)",
+            self.stripe_charges, self.settled, self.open, self.spent_cents
+        )
+    }
 }
