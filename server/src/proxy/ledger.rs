@@ -105,6 +105,9 @@ impl Ledger {
 
 type Reply<R> = oneshot::Sender<Result<R, LedgerError>>;
 
+/// The queue's receiving end, shared by a kind's writers.
+type Waiting<T, R> = Arc<Mutex<mpsc::Receiver<(T, Reply<R>)>>>;
+
 /// A bounded queue in front of writer tasks that each take everything
 /// queued (in arrival order) when they are free, and run `write` on it.
 struct Batcher<T, R> {
@@ -159,7 +162,7 @@ impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
 /// A writer: whatever is waiting when it is free, in one write (the queue is
 /// held only while taking); a failed batch again one call at a time, so a
 /// bad call fails alone (only then are calls copied).
-async fn write_batches<T, R, W, F>(waiting: Arc<Mutex<mpsc::Receiver<(T, Reply<R>)>>>, write: W)
+async fn write_batches<T, R, W, F>(waiting: Waiting<T, R>, write: W)
 where
     T: Clone,
     W: Fn(Arc<[T]>) -> F,
