@@ -91,6 +91,31 @@ async fn until_a_writer_waits(pool: &PgPool) {
     }
 }
 
+/// Locks key `key` in a transaction of the test's, then sends a call on it
+/// and waits until a writer is stuck behind the lock (until the transaction
+/// ends).
+async fn reserve_behind_a_lock(
+    pool: &PgPool,
+    ledger: &Ledger,
+    key: i64,
+) -> (
+    sqlx::Transaction<'static, sqlx::Postgres>,
+    tokio::task::JoinHandle<Result<Reserved, LedgerError>>,
+) {
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM vault_keys WHERE id = $1 FOR UPDATE")
+        .bind(key)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let call = tokio::spawn({
+        let ledger = ledger.clone();
+        async move { ledger.reserve(reserve_call(key, 1)).await }
+    });
+    until_a_writer_waits(pool).await;
+    (lock, call)
+}
+
 /// Lets every spawned task run up to its next wait.
 async fn let_tasks_queue() {
     for _ in 0..10 {
@@ -147,17 +172,7 @@ async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
 async fn a_full_reservation_queue_turns_new_calls_away_before_reserving(pool: PgPool) {
     let (_app, _stripe, _key, key_id) = proxy_with_key(pool.clone(), 1_000_000).await;
     let ledger = Ledger::start(pool.clone(), 1, 1);
-    let mut lock = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM vault_keys WHERE id = $1 FOR UPDATE")
-        .bind(key_id)
-        .execute(&mut *lock)
-        .await
-        .unwrap();
-    let writing = tokio::spawn({
-        let ledger = ledger.clone();
-        async move { ledger.reserve(reserve_call(key_id, 1)).await }
-    });
-    until_a_writer_waits(&pool).await;
+    let (lock, writing) = reserve_behind_a_lock(&pool, &ledger, key_id).await;
     let queued = tokio::spawn({
         let ledger = ledger.clone();
         async move { ledger.reserve(reserve_call(key_id, 2)).await }
@@ -193,17 +208,7 @@ async fn a_call_on_another_key_is_reserved_while_a_batch_waits_on_a_locked_key(p
         .await;
     let other = created.json()["id"].as_i64().unwrap();
     let ledger = Ledger::start(pool.clone(), 64, 2);
-    let mut lock = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM vault_keys WHERE id = $1 FOR UPDATE")
-        .bind(held)
-        .execute(&mut *lock)
-        .await
-        .unwrap();
-    let waiting = tokio::spawn({
-        let ledger = ledger.clone();
-        async move { ledger.reserve(reserve_call(held, 1)).await }
-    });
-    until_a_writer_waits(&pool).await;
+    let (lock, waiting) = reserve_behind_a_lock(&pool, &ledger, held).await;
 
     // One writer is stuck behind the lock; the other takes this call. (The
     // bound only turns a hang into a failure.)
