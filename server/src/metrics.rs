@@ -3,7 +3,11 @@
 //! * `vaultcap_proxy_calls_total{decision}`: calls by audit decision;
 //! * `vaultcap_upstream_latency_seconds`: time Stripe took to answer;
 //! * `vaultcap_ledger_failures_total{step}`: database failures while
-//!   checking, reserving or settling (each one a refused or unsettled call).
+//!   checking, reserving or settling (each one a refused or unsettled call);
+//! * `vaultcap_ledger_batch_calls{kind}` and
+//!   `vaultcap_ledger_batch_seconds{kind}`: how many calls each ledger write
+//!   carried and how long it took, commit included (`kind` is `reserve` or
+//!   `record`): where a call's time in the database goes.
 
 use std::{sync::OnceLock, time::Duration};
 
@@ -20,6 +24,18 @@ pub fn install() -> &'static PrometheusHandle {
                 Matcher::Full("vaultcap_upstream_latency_seconds".into()),
                 &[
                     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                ],
+            )
+            .expect("valid buckets")
+            .set_buckets_for_metric(
+                Matcher::Full("vaultcap_ledger_batch_calls".into()),
+                &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+            )
+            .expect("valid buckets")
+            .set_buckets_for_metric(
+                Matcher::Full("vaultcap_ledger_batch_seconds".into()),
+                &[
+                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
                 ],
             )
             .expect("valid buckets")
@@ -47,4 +63,9 @@ pub fn upstream_answered(latency: Duration) {
 
 pub fn ledger_failed(step: &'static str) {
     metrics::counter!("vaultcap_ledger_failures_total", "step" => step).increment(1);
+}
+
+pub fn ledger_batch_written(kind: &'static str, calls: usize, took: Duration) {
+    metrics::histogram!("vaultcap_ledger_batch_calls", "kind" => kind).record(calls as f64);
+    metrics::histogram!("vaultcap_ledger_batch_seconds", "kind" => kind).record(took.as_secs_f64());
 }

@@ -20,7 +20,7 @@
 //! reservation queue is bounded: when it is full, new calls are turned away
 //! before anything is reserved ([`LedgerError::Overloaded`]).
 
-use std::{fmt, future::Future, sync::Arc};
+use std::{fmt, future::Future, sync::Arc, time::Instant};
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -67,7 +67,7 @@ impl Ledger {
     /// its connections while it writes); at most `reserve_queue` calls wait
     /// for a reservation. They stop when the last clone is dropped.
     pub fn start(pool: PgPool, reserve_queue: usize, writers: usize) -> Self {
-        let reserve = Batcher::start(reserve_queue, true, writers, {
+        let reserve = Batcher::start("reserve", reserve_queue, true, writers, {
             let pool = pool.clone();
             move |calls: Arc<[ReserveCall]>| {
                 let pool = pool.clone();
@@ -77,6 +77,7 @@ impl Ledger {
         // Settlements are never turned away (Stripe has answered them): a
         // full queue makes them wait for room.
         let record = Batcher::start(
+            "record",
             RECORD_QUEUE,
             false,
             writers,
@@ -126,7 +127,14 @@ impl<T, R> Clone for Batcher<T, R> {
 }
 
 impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
-    fn start<W, F>(limit: usize, turn_away: bool, writers: usize, write: W) -> Self
+    /// `kind` names the writers in the metrics.
+    fn start<W, F>(
+        kind: &'static str,
+        limit: usize,
+        turn_away: bool,
+        writers: usize,
+        write: W,
+    ) -> Self
     where
         W: Fn(Arc<[T]>) -> F + Clone + Send + 'static,
         F: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
@@ -134,7 +142,7 @@ impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
         let (queue, waiting) = mpsc::channel(limit.max(1));
         let waiting = Arc::new(Mutex::new(waiting));
         for _ in 0..writers.max(1) {
-            tokio::spawn(write_batches(waiting.clone(), write.clone()));
+            tokio::spawn(write_batches(kind, waiting.clone(), write.clone()));
         }
         Self { queue, turn_away }
     }
@@ -162,7 +170,7 @@ impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
 /// A writer: whatever is waiting when it is free, in one write (the queue is
 /// held only while taking); a failed batch again one call at a time, so a
 /// bad call fails alone (only then are calls copied).
-async fn write_batches<T, R, W, F>(waiting: Waiting<T, R>, write: W)
+async fn write_batches<T, R, W, F>(kind: &'static str, waiting: Waiting<T, R>, write: W)
 where
     T: Clone,
     W: Fn(Arc<[T]>) -> F,
@@ -177,8 +185,12 @@ where
         let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.drain(..).unzip();
         let items: Arc<[T]> = items.into();
         let alone = items.len() == 1;
+        let started = Instant::now();
         match write(items.clone()).await {
-            Ok(results) => answer(replies, results.into_iter().map(Ok)),
+            Ok(results) => {
+                crate::metrics::ledger_batch_written(kind, items.len(), started.elapsed());
+                answer(replies, results.into_iter().map(Ok))
+            }
             Err(err) if alone => answer(replies, [Err(failed(err))]),
             Err(err) => {
                 crate::metrics::ledger_failed("batch");

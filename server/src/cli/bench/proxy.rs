@@ -133,6 +133,8 @@ struct Measured {
     socket_errors: u64,
     proxy_cpu: Duration,
     postgres_cpu: Duration,
+    /// What the proxy's ledger writers did meanwhile (proxied loads only).
+    batches: Option<Batches>,
 }
 
 impl Measured {
@@ -177,6 +179,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     let proxy_pid = proxy.pid().context("the proxy's pid")?;
     let postmaster = db.pg.postmaster_pid()?;
 
+    let client = reqwest::Client::new();
     println!("vaultcap bench proxy: {} s per load", args.seconds);
     println!("PostgreSQL: {}", settings(&db.pool).await?);
     // Warm connections, caches and plans on both paths.
@@ -196,6 +199,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
             (Target::Proxy, Keys::Hot) => (&proxy.base, &hot_file),
         };
         let cpu_before = (process_cpu(proxy_pid)?, cluster_cpu(postmaster)?);
+        let batches_before = batches(&client, &proxy.base).await?;
         let mut measured = wrk(
             &script,
             base,
@@ -207,6 +211,9 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         )?;
         measured.proxy_cpu = process_cpu(proxy_pid)?.saturating_sub(cpu_before.0);
         measured.postgres_cpu = cluster_cpu(postmaster)?.saturating_sub(cpu_before.1);
+        if load.target == Target::Proxy {
+            measured.batches = Some(batches(&client, &proxy.base).await?.since(&batches_before));
+        }
         let cpu = |cpu| {
             if load.target == Target::Proxy {
                 format!("{:.3} ms", measured.per_call_ms(cpu))
@@ -233,6 +240,21 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
             }
         );
         results.push((load, measured));
+    }
+    println!("\nledger writes per load: calls each and ms each (commit included)");
+    println!(
+        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "load", "in flight", "reserve", "ms", "record", "ms"
+    );
+    for (load, measured) in &results {
+        if let Some(batches) = &measured.batches {
+            let [reserve_calls, reserve_ms] = batches.reserve.per_batch();
+            let [record_calls, record_ms] = batches.record.per_batch();
+            println!(
+                "{:<18} {:>9} {reserve_calls:>9.1} {reserve_ms:>9.2} {record_calls:>9.1} {record_ms:>9.2}",
+                load.name, load.in_flight
+            );
+        }
     }
     let failed_batches = std::fs::read_to_string(&log)
         .unwrap_or_default()
@@ -333,6 +355,70 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     }
 }
 
+/// One kind of ledger write's running totals, from the proxy's `/metrics`.
+#[derive(Clone, Copy, Default)]
+struct Writes {
+    batches: f64,
+    calls: f64,
+    seconds: f64,
+}
+
+impl Writes {
+    /// Calls per batch and milliseconds per batch.
+    fn per_batch(&self) -> [f64; 2] {
+        let batches = self.batches.max(1.0);
+        [self.calls / batches, self.seconds * 1000.0 / batches]
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct Batches {
+    reserve: Writes,
+    record: Writes,
+}
+
+impl Batches {
+    fn since(&self, before: &Self) -> Self {
+        let minus = |now: Writes, then: Writes| Writes {
+            batches: now.batches - then.batches,
+            calls: now.calls - then.calls,
+            seconds: now.seconds - then.seconds,
+        };
+        Self {
+            reserve: minus(self.reserve, before.reserve),
+            record: minus(self.record, before.record),
+        }
+    }
+}
+
+/// The ledger writers' totals so far (`crate::metrics`: a histogram of
+/// calls per batch and one of seconds per batch, for each kind).
+async fn batches(client: &reqwest::Client, base: &str) -> anyhow::Result<Batches> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .error_for_status()
+        .context("reading the proxy's /metrics")?
+        .text()
+        .await?;
+    let value = |series: &str, kind: &str| -> f64 {
+        let prefix = format!("{series}{{kind=\"{kind}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str())?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let writes = |kind| Writes {
+        batches: value("vaultcap_ledger_batch_calls_count", kind),
+        calls: value("vaultcap_ledger_batch_calls_sum", kind),
+        seconds: value("vaultcap_ledger_batch_seconds_sum", kind),
+    };
+    Ok(Batches {
+        reserve: writes("reserve"),
+        record: writes("record"),
+    })
+}
+
 /// Where PostgreSQL's time went: the statements with the most total time,
 /// nested ones (inside the ledger's functions and triggers) included.
 async fn print_statements(pool: &sqlx::PgPool) -> anyhow::Result<()> {
@@ -422,6 +508,7 @@ fn wrk(
         socket_errors: field("socket_errors")?,
         proxy_cpu: Duration::ZERO,
         postgres_cpu: Duration::ZERO,
+        batches: None,
     })
 }
 
