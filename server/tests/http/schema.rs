@@ -124,3 +124,107 @@ async fn the_billing_ledger_holds_one_row_per_customer_and_period(pool: PgPool) 
         .unwrap();
     assert_eq!(charge, "ch_A");
 }
+
+/// Where the functions the migrations leave are written out, one after
+/// another, so a reader need not replay the migrations to know the live rule.
+const LIVE_FUNCTIONS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../migrations/live/functions.sql"
+);
+
+/// Every function of the migrated schema (extensions' aside) as PostgreSQL
+/// itself prints it, in name order.
+async fn live_functions(pool: &PgPool) -> String {
+    let definitions: Vec<String> = sqlx::query_scalar(
+        "SELECT pg_get_functiondef(p.oid)
+         FROM pg_proc p
+         JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = current_schema()
+           AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
+         ORDER BY p.proname, p.oid::regprocedure::text",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let mut file = String::from(
+        "-- The live definition of every function in Vaultcap's schema, as\n\
+         -- PostgreSQL prints it after all of migrations/ have run (generated, in\n\
+         -- name order). Read the rules here; change them with a new migration,\n\
+         -- then rewrite this file: VAULTCAP_BLESS=1 cargo test -p server --test http\n\
+         -- schema::the_live_functions. A test fails while the two differ.\n",
+    );
+    for definition in definitions {
+        file.push('\n');
+        file.push_str(definition.trim_end());
+        file.push_str(";\n");
+    }
+    file
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_live_functions_file_is_what_the_migrations_leave(pool: PgPool) {
+    let live = live_functions(&pool).await;
+    for rule in ["reserve_spend", "settle_spend", "record_calls"] {
+        assert!(
+            live.contains(&format!("FUNCTION public.{rule}(")),
+            "{rule} is missing"
+        );
+    }
+    if std::env::var_os("VAULTCAP_BLESS").is_some() {
+        std::fs::write(LIVE_FUNCTIONS, &live).unwrap();
+    }
+    let written = std::fs::read_to_string(LIVE_FUNCTIONS).unwrap_or_default();
+    assert!(
+        written == live,
+        "{LIVE_FUNCTIONS} is not what the migrations leave; rewrite it with \
+         VAULTCAP_BLESS=1 cargo test -p server --test http schema::the_live_functions \
+         and commit it with the migration"
+    );
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_stored_value_that_is_no_domain_value_is_an_error_naming_it(pool: PgPool) {
+    use app::domain::{BillingPeriod, Cents, Currency, DuplicatePolicy};
+    let period: BillingPeriod = sqlx::query_scalar("SELECT '2026-07'::text")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(period.to_string(), "2026-07");
+    let cents: Cents = sqlx::query_scalar("SELECT 1250::bigint")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(cents, Cents(1250));
+
+    // Never folded into a currency: what is stored must already be one.
+    for (error, expected) in [
+        (
+            decode_error::<BillingPeriod>(&pool, "2026-13").await,
+            "\"2026-13\" is not a billing period",
+        ),
+        (
+            decode_error::<Currency>(&pool, "USD").await,
+            "\"USD\" is not a currency",
+        ),
+        (
+            decode_error::<DuplicatePolicy>(&pool, "sometimes").await,
+            "\"sometimes\" is not a duplicate policy",
+        ),
+    ] {
+        assert!(error.contains(expected), "{error}");
+    }
+}
+
+/// Why `text` read from the database as a `T` is refused.
+async fn decode_error<T>(pool: &PgPool, text: &str) -> String
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+{
+    sqlx::query_scalar::<_, T>("SELECT $1::text")
+        .bind(text)
+        .fetch_one(pool)
+        .await
+        .err()
+        .expect("refused")
+        .to_string()
+}

@@ -1,0 +1,556 @@
+-- The live definition of every function in Vaultcap's schema, as
+-- PostgreSQL prints it after all of migrations/ have run (generated, in
+-- name order). Read the rules here; change them with a new migration,
+-- then rewrite this file: VAULTCAP_BLESS=1 cargo test -p server --test http
+-- schema::the_live_functions. A test fails while the two differ.
+
+CREATE OR REPLACE FUNCTION public.audit_abandoned(p_reservation bigint)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+    INSERT INTO audit_log (at, request_id, vault_key_id, key_prefix, method, path, stripe_customer,
+        metadata_customer_id, billing_period, amount_cents, currency, idempotency_key, decision, message)
+    SELECT r.created_at, r.request_id, r.vault_key_id, k.secret_prefix, r.method, r.path, r.stripe_customer,
+           r.metadata_customer_id, r.billing_period, r.amount_cents, r.currency, r.idempotency_key,
+           'outcome_unknown', 'the proxy stopped before the call settled; its retry or Stripe decides'
+    FROM reservations r JOIN vault_keys k ON k.id = r.vault_key_id
+    WHERE r.id = p_reservation
+$function$;
+
+CREATE OR REPLACE FUNCTION public.audit_chain_field(v text)
+ RETURNS bytea
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT CASE WHEN v IS NULL THEN '\xffffffff'::bytea
+                ELSE int4send(length(convert_to(v, 'UTF8'))) || convert_to(v, 'UTF8') END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.audit_chain_genesis(p_day date)
+ RETURNS bytea
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT sha256(convert_to('vaultcap audit chain ' || to_char(p_day, 'YYYY-MM-DD'), 'UTF8'))
+$function$;
+
+CREATE OR REPLACE FUNCTION public.audit_log_chain()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+DECLARE
+    v_day date := (now() AT TIME ZONE 'UTC')::date;
+    carried text := current_setting('vaultcap.audit_chain', true);
+    v_seq bigint;
+    v_prev bytea;
+BEGIN
+    IF carried IS NOT NULL AND carried <> '' THEN
+        -- 'day seq hash', written by this transaction's previous row.
+        v_seq := split_part(carried, ' ', 2)::bigint;
+        v_prev := decode(split_part(carried, ' ', 3), 'hex');
+    ELSE
+        SELECT h.seq, h.hash INTO v_seq, v_prev FROM audit_chain_heads h WHERE h.day = v_day FOR UPDATE;
+        IF NOT FOUND THEN
+            INSERT INTO audit_chain_heads AS h (day, seq, hash)
+            VALUES (v_day, 0, audit_chain_genesis(v_day))
+            ON CONFLICT ON CONSTRAINT audit_chain_heads_pkey DO NOTHING;
+            SELECT h.seq, h.hash INTO v_seq, v_prev FROM audit_chain_heads h WHERE h.day = v_day FOR UPDATE;
+        END IF;
+    END IF;
+    NEW.chain_day := v_day;
+    NEW.chain_seq := v_seq + 1;
+    NEW.row_hash := audit_row_hash(v_prev, NEW);
+    PERFORM set_config('vaultcap.audit_chain',
+                       to_char(v_day, 'YYYY-MM-DD') || ' ' || NEW.chain_seq || ' ' || encode(NEW.row_hash, 'hex'), true);
+    RETURN NEW;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.audit_log_chain_head()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+DECLARE
+    carried text := current_setting('vaultcap.audit_chain', true);
+BEGIN
+    IF carried IS NOT NULL AND carried <> '' THEN
+        UPDATE audit_chain_heads
+        SET seq = split_part(carried, ' ', 2)::bigint, hash = decode(split_part(carried, ' ', 3), 'hex')
+        WHERE day = split_part(carried, ' ', 1)::date;
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.audit_row_hash(p_prev bytea, r audit_log)
+ RETURNS bytea
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    RETURN (SELECT sha256(p_prev || string_agg(
+               CASE WHEN f.v IS NULL THEN '\xffffffff'::bytea
+                    ELSE int4send(length(convert_to(f.v, 'UTF8'))) || convert_to(f.v, 'UTF8') END,
+               ''::bytea ORDER BY f.n))
+    FROM unnest(ARRAY[
+        r.id::text,
+        to_char(r.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        r.request_id::text,
+        r.vault_key_id::text,
+        r.key_prefix,
+        r.method,
+        r.path,
+        r.stripe_customer,
+        r.metadata_customer_id,
+        r.billing_period,
+        r.amount_cents::text,
+        r.currency,
+        r.idempotency_key,
+        r.decision,
+        r.upstream_status::text,
+        r.stripe_object_id,
+        r.error_code,
+        r.latency_ms::text,
+        r.metadata_billing_period,
+        r.message,
+        to_char(r.chain_day, 'YYYY-MM-DD'),
+        r.chain_seq::text
+    ]) WITH ORDINALITY AS f(v, n));
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.count_audited_calls()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    -- Sorted, so two writers lock the same rows in the same order.
+    INSERT INTO call_stats AS s (vault_key_id, hour, decision, calls, spent_cents)
+    SELECT vault_key_id, date_trunc('hour', at, 'UTC'), decision, count(*),
+           coalesce(sum(amount_cents) FILTER (
+               WHERE decision = 'allowed' AND upstream_status BETWEEN 200 AND 299), 0)
+    FROM appended
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+    ON CONFLICT (vault_key_id, hour, decision) DO UPDATE
+        SET calls = s.calls + excluded.calls, spent_cents = s.spent_cents + excluded.spent_cents;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.forbid_rewrite()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.guard_four_eyes_decision()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    kind text := TG_ARGV[0];
+    what text := replace(TG_ARGV[0], '_', ' ') || ' request';
+    decision_fields text[] := ARRAY['decision', 'decided_at', 'decided_by', 'decision_note',
+                                    'follow_on_key_id', 'vault_key_id', 'expires_at'];
+BEGIN
+    IF to_jsonb(NEW) - decision_fields IS DISTINCT FROM to_jsonb(OLD) - decision_fields
+       OR NEW.expires_at > OLD.expires_at THEN
+        RAISE EXCEPTION '% %: only its decision may be written', what, OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = kind || '_unchanged';
+    END IF;
+    IF OLD.decision IS NOT NULL THEN
+        RAISE EXCEPTION '% % was already %', what, OLD.id, OLD.decision
+            USING ERRCODE = 'check_violation', CONSTRAINT = kind || '_decided_once';
+    END IF;
+    IF NEW.decision IS NULL THEN
+        RETURN NEW;
+    END IF;
+    IF OLD.expires_at <= now() THEN
+        RAISE EXCEPTION '% % expired at %', what, OLD.id, OLD.expires_at
+            USING ERRCODE = 'check_violation', CONSTRAINT = kind || '_not_expired';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM operators o
+                   WHERE o.id = NEW.decided_by AND o.disabled_at IS NULL
+                     AND o.role IN ('approver', 'admin')) THEN
+        RAISE EXCEPTION 'operator % may not decide a %', NEW.decided_by, what
+            USING ERRCODE = 'check_violation', CONSTRAINT = kind || '_decided_by_approver';
+    END IF;
+    IF NEW.decided_by = OLD.requested_by OR EXISTS (
+           SELECT 1 FROM api_tokens t
+           WHERE t.id = OLD.requested_by_token AND t.created_by = NEW.decided_by) THEN
+        RAISE EXCEPTION 'operator % asked for % %, or made the API token that did', NEW.decided_by, what, OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = kind || '_four_eyes';
+    END IF;
+    RETURN NEW;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.intent_metered(p_key bigint, p_intent text)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT sum(amount_cents - released_cents)
+    FROM reservations
+    WHERE vault_key_id = p_key AND payment_intent = p_intent
+      AND state IN ('pending', 'settled', 'outcome_unknown')
+$function$;
+
+CREATE OR REPLACE FUNCTION public.queue_alert_notification()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO alert_notifications (alert_id, event) VALUES (NEW.id, 'alert.raised');
+    PERFORM pg_notify('vaultcap_alerts', NEW.id::text);
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.queue_cap_increase_notification()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO alert_notifications (cap_increase_request_id, event)
+    VALUES (NEW.id, CASE TG_OP WHEN 'INSERT' THEN 'cap_increase.requested' ELSE 'cap_increase.decided' END);
+    PERFORM pg_notify('vaultcap_alerts', 'cap_increase:' || NEW.id);
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.record_calls(p_calls jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN
+        SELECT x.*
+        FROM jsonb_to_recordset(p_calls)
+             AS x(vault_key_id bigint, reservation_id bigint, settlement text, stripe_object_id text,
+                  duplicate_of text, billing_period text, metadata_customer_id text, currency text,
+                  amount_cents bigint, idempotency_key text, release jsonb)
+        WHERE x.reservation_id IS NOT NULL OR x.release IS NOT NULL
+        -- In key order, as every ledger writer locks keys.
+        ORDER BY x.vault_key_id, x.reservation_id NULLS LAST
+    LOOP
+        IF c.release IS NOT NULL THEN
+            -- A payment intent Stripe cancelled or captured for less.
+            PERFORM release_intent(c.vault_key_id, c.release->>'intent', (c.release->>'keep_cents')::bigint);
+        END IF;
+        IF c.reservation_id IS NULL THEN
+            CONTINUE;
+        END IF;
+        PERFORM settle_spend(c.reservation_id, c.settlement, c.stripe_object_id);
+        IF c.settlement <> 'settled' OR c.stripe_object_id IS NULL OR c.duplicate_of IS NULL THEN
+            CONTINUE;
+        END IF;
+        INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency, charge_ids,
+            keeper_charge_id, amount_at_risk_cents, explanation)
+        VALUES ('duplicate', c.billing_period, c.metadata_customer_id, c.currency,
+                ARRAY[c.duplicate_of, c.stripe_object_id], c.duplicate_of, c.amount_cents,
+                format('The proxy flagged %s: a second charge for %s in %s under another idempotency key (%s) after %s',
+                       c.stripe_object_id, c.metadata_customer_id, c.billing_period,
+                       COALESCE(c.idempotency_key, 'none'), c.duplicate_of))
+        ON CONFLICT ON CONSTRAINT reconciliation_findings_once DO UPDATE SET
+            -- Open: one more charge on it. Resolved: news, a new finding.
+            charge_ids = CASE WHEN f.resolved_at IS NULL THEN f.charge_ids || c.stripe_object_id
+                              ELSE EXCLUDED.charge_ids END,
+            keeper_charge_id = CASE WHEN f.resolved_at IS NULL THEN f.keeper_charge_id
+                                    ELSE EXCLUDED.keeper_charge_id END,
+            amount_at_risk_cents = CASE WHEN f.resolved_at IS NULL
+                                        THEN f.amount_at_risk_cents + EXCLUDED.amount_at_risk_cents
+                                        ELSE EXCLUDED.amount_at_risk_cents END,
+            explanation = EXCLUDED.explanation,
+            last_detected_at = now(),
+            resolution = NULL, resolved_at = NULL, resolved_by = NULL, resolution_note = NULL
+        WHERE NOT (c.stripe_object_id = ANY (f.charge_ids));
+    END LOOP;
+
+    INSERT INTO audit_log (request_id, vault_key_id, key_prefix, method, path, stripe_customer,
+        metadata_customer_id, metadata_billing_period, billing_period, amount_cents, currency,
+        idempotency_key, decision, upstream_status, stripe_object_id, error_code, message, latency_ms)
+    SELECT request_id, vault_key_id, key_prefix, method, path, stripe_customer,
+        metadata_customer_id, metadata_billing_period, billing_period, amount_cents, currency,
+        idempotency_key, decision, upstream_status, stripe_object_id, error_code, message, latency_ms
+    FROM jsonb_populate_recordset(NULL::audit_log, p_calls);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.release_intent(p_key bigint, p_intent text, p_keep bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    r record;
+    surplus bigint;
+    given_back bigint := 0;
+    part bigint;
+BEGIN
+    PERFORM 1 FROM vault_keys WHERE id = p_key FOR UPDATE;
+    SELECT coalesce(sum(amount_cents - released_cents), 0) - p_keep INTO surplus
+    FROM reservations
+    WHERE vault_key_id = p_key AND payment_intent = p_intent AND state = 'settled';
+    FOR r IN
+        SELECT id, amount_cents - released_cents AS open
+        FROM reservations
+        WHERE vault_key_id = p_key AND payment_intent = p_intent AND state = 'settled'
+          AND amount_cents > released_cents
+        ORDER BY id DESC
+    LOOP
+        EXIT WHEN surplus <= 0;
+        part := least(surplus, r.open);
+        UPDATE reservations SET released_cents = released_cents + part WHERE id = r.id;
+        surplus := surplus - part;
+        given_back := given_back + part;
+    END LOOP;
+    UPDATE vault_keys SET spent_cents = spent_cents - given_back WHERE id = p_key;
+    RETURN given_back;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.reserve_spend(p_key bigint, p_request uuid, p_idempotency_key text, p_fingerprint bytea, p_amount bigint, p_method text, p_path text, p_stripe_customer text, p_metadata_customer_id text, p_billing_period text, p_currency text, p_payment_intent text, p_request_body text, p_stripe_version text, p_lease_secs integer)
+ RETURNS TABLE(outcome text, reservation_id bigint, cap bigint, spent bigint, reserved bigint, earlier_charge text, earlier_state text)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    k record;
+    fits boolean;
+    prior record;
+    new_id bigint;
+    used bigint;
+    earlier_id text;
+    earlier_st text;
+    abandoned boolean;
+    same boolean;
+BEGIN
+    -- The key's row is locked first, by the UPDATE that reserves when the
+    -- amount fits (the common case: one statement, as before), else by a
+    -- plain lock. Every outcome below but `reserved` gives the amount back.
+    UPDATE vault_keys v SET reserved_cents = v.reserved_cents + p_amount
+    WHERE v.id = p_key AND v.revoked_at IS NULL AND v.expires_at > now()
+      AND v.spent_cents + v.reserved_cents + p_amount <= v.cap_cents
+    RETURNING v.cap_cents, v.spent_cents, v.reserved_cents - p_amount AS reserved_cents,
+              v.alert_thresholds_pct, v.duplicate_policy
+    INTO k;
+    fits := FOUND;
+    IF NOT fits THEN
+        SELECT v.cap_cents, v.spent_cents, v.reserved_cents, v.alert_thresholds_pct, v.duplicate_policy,
+               v.revoked_at IS NULL AND v.expires_at > now() AS usable
+        INTO k FROM vault_keys v WHERE v.id = p_key FOR UPDATE;
+        IF NOT FOUND OR NOT k.usable THEN
+            RETURN QUERY SELECT 'unusable'::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
+                                NULL::text, NULL::text;
+            RETURN;
+        END IF;
+    END IF;
+
+    IF p_idempotency_key IS NOT NULL THEN
+        SELECT r.id, r.state, r.fingerprint, r.created_at, r.claimed_until INTO prior
+        FROM reservations r
+        WHERE r.vault_key_id = p_key AND r.idempotency_key = p_idempotency_key AND NOT r.superseded;
+        IF FOUND THEN
+            IF prior.state = 'released' OR prior.created_at < now() - interval '24 hours' THEN
+                UPDATE reservations SET superseded = true WHERE id = prior.id;
+            ELSE
+                IF fits THEN
+                    UPDATE vault_keys SET reserved_cents = reserved_cents - p_amount WHERE id = p_key;
+                END IF;
+                -- A settled reservation from before fingerprints (NULL) keeps
+                -- the old reading, a replay (Stripe compares parameters
+                -- itself); one still open is taken for another request.
+                same := prior.fingerprint = p_fingerprint
+                        OR (prior.fingerprint IS NULL AND prior.state = 'settled');
+                abandoned := prior.state = 'pending' AND prior.claimed_until < now();
+                RETURN QUERY SELECT
+                    CASE WHEN NOT same THEN 'idempotency_mismatch'
+                         WHEN prior.state = 'pending' AND NOT abandoned THEN 'in_flight'
+                         WHEN prior.state = 'settled' THEN 'replay'
+                         ELSE 'retry_unknown' END,
+                    prior.id, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, prior.state;
+                IF same AND (prior.state = 'outcome_unknown' OR abandoned) THEN
+                    IF abandoned THEN
+                        PERFORM audit_abandoned(prior.id);
+                    END IF;
+                    UPDATE reservations
+                    SET state = 'pending', claimed_until = now() + make_interval(secs => p_lease_secs)
+                    WHERE id = prior.id;
+                END IF;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+
+    IF NOT fits THEN
+        INSERT INTO alerts (vault_key_id, kind, committed_cents, cap_cents, amount_cents)
+        VALUES (p_key, 'cap_refused', k.spent_cents + k.reserved_cents, k.cap_cents, p_amount)
+        ON CONFLICT ON CONSTRAINT alerts_once
+        DO UPDATE SET occurrences = alerts.occurrences + 1, last_occurred_at = now(),
+                      committed_cents = EXCLUDED.committed_cents, cap_cents = EXCLUDED.cap_cents,
+                      amount_cents = EXCLUDED.amount_cents;
+        RETURN QUERY SELECT 'over_cap'::text, NULL::bigint, k.cap_cents, k.spent_cents, k.reserved_cents,
+                            NULL::text, NULL::text;
+        RETURN;
+    END IF;
+
+    -- The duplicate guard: an earlier charge for this customer and period
+    -- under another Idempotency-Key (or none). The key's row is locked, so
+    -- every earlier call on this key is committed or in this transaction.
+    IF k.duplicate_policy <> 'off' AND p_metadata_customer_id IS NOT NULL THEN
+        SELECT r.stripe_charge_id, r.state INTO earlier_id, earlier_st
+        FROM reservations r
+        WHERE r.billing_period = p_billing_period AND r.metadata_customer_id = p_metadata_customer_id
+          AND r.state IN ('pending', 'settled', 'outcome_unknown')
+          -- The same Idempotency-Key is Stripe's replay, not a second
+          -- charge, unless the earlier call was superseded (a day later,
+          -- Stripe has forgotten the key and charges again).
+          AND (r.idempotency_key IS NULL OR p_idempotency_key IS NULL
+               OR r.idempotency_key <> p_idempotency_key OR r.superseded)
+          -- A charge refunded in full no longer counts.
+          AND NOT EXISTS (SELECT 1 FROM stripe_charges c
+                          WHERE c.id = r.stripe_charge_id AND c.amount_refunded_cents >= c.amount_cents)
+        ORDER BY r.state = 'settled' DESC, r.id
+        LIMIT 1;
+        IF FOUND AND k.duplicate_policy = 'block' THEN
+            UPDATE vault_keys SET reserved_cents = reserved_cents - p_amount WHERE id = p_key;
+            RETURN QUERY SELECT 'duplicate'::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
+                                earlier_id, earlier_st;
+            RETURN;
+        END IF;
+        -- Flagged only against a charge Stripe confirmed: one still in
+        -- flight may fail, and reconciliation sees it if it does not.
+        IF earlier_st IS DISTINCT FROM 'settled' OR earlier_id IS NULL THEN
+            earlier_id := NULL;
+            earlier_st := NULL;
+        END IF;
+    END IF;
+
+    INSERT INTO reservations (vault_key_id, request_id, idempotency_key, fingerprint, amount_cents, method,
+                              path, stripe_customer, metadata_customer_id, billing_period, currency,
+                              payment_intent, request_body, stripe_version, claimed_until)
+    VALUES (p_key, p_request, p_idempotency_key, p_fingerprint, p_amount, p_method, p_path,
+            p_stripe_customer, p_metadata_customer_id, p_billing_period, p_currency, p_payment_intent,
+            p_request_body, p_stripe_version,
+            now() + make_interval(secs => p_lease_secs))
+    RETURNING id INTO new_id;
+
+    used := k.spent_cents + k.reserved_cents + p_amount;
+    INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents)
+    SELECT p_key, 'threshold', t, used, k.cap_cents
+    FROM unnest(k.alert_thresholds_pct) AS t
+    WHERE (used - p_amount) * 100 < t::bigint * k.cap_cents
+      AND used * 100 >= t::bigint * k.cap_cents
+    ON CONFLICT ON CONSTRAINT alerts_once DO NOTHING;
+    RETURN QUERY SELECT 'reserved'::text, new_id, NULL::bigint, NULL::bigint, NULL::bigint,
+                        earlier_id, earlier_st;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.reserve_spend_many(p_calls jsonb)
+ RETURNS TABLE(call_position bigint, outcome text, reservation_id bigint, cap bigint, spent bigint, reserved bigint, earlier_charge text, earlier_state text)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN
+        SELECT *
+        FROM ROWS FROM (jsonb_to_recordset(p_calls) AS (
+            key bigint, request uuid, idempotency_key text, fingerprint text, amount bigint, method text,
+            path text, stripe_customer text, metadata_customer_id text, billing_period text, currency text,
+            payment_intent text, request_body text, stripe_version text, lease_secs integer))
+            WITH ORDINALITY AS x(key, request, idempotency_key, fingerprint, amount, method, path,
+                                 stripe_customer, metadata_customer_id, billing_period, currency,
+                                 payment_intent, request_body, stripe_version, lease_secs, n)
+        ORDER BY x.key, x.n
+    LOOP
+        RETURN QUERY
+            SELECT c.n, r.outcome, r.reservation_id, r.cap, r.spent, r.reserved, r.earlier_charge, r.earlier_state
+            FROM reserve_spend(c.key, c.request, c.idempotency_key, decode(c.fingerprint, 'hex'), c.amount,
+                               c.method, c.path, c.stripe_customer, c.metadata_customer_id,
+                               c.billing_period, c.currency, c.payment_intent, c.request_body,
+                               c.stripe_version, c.lease_secs) r;
+    END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.settle_spend(p_reservation bigint, p_state text, p_charge text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    key_id bigint;
+    amount bigint;
+    spend bigint;
+    give_back bigint;
+BEGIN
+    SELECT vault_key_id, amount_cents INTO key_id, amount
+    FROM reservations WHERE id = p_reservation AND state = 'pending';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    spend := CASE WHEN p_state = 'settled' THEN amount ELSE 0 END;
+    give_back := CASE WHEN p_state IN ('settled', 'released') THEN amount ELSE 0 END;
+    UPDATE vault_keys SET reserved_cents = reserved_cents - give_back, spent_cents = spent_cents + spend
+    WHERE id = key_id;
+    -- An unknown outcome keeps Stripe's object id too: a declined payment
+    -- intent that could not be cancelled stays reserved, bound to its key.
+    UPDATE reservations SET state = p_state, settled_at = now(),
+        stripe_charge_id = CASE
+            WHEN p_state IN ('settled', 'outcome_unknown') AND p_charge IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM reservations o
+                                 WHERE o.stripe_charge_id = p_charge AND o.id <> p_reservation)
+            THEN p_charge
+            -- Settled again (a retry of an unknown outcome): what it knew stays.
+            ELSE stripe_charge_id END,
+        payment_intent = CASE WHEN p_charge LIKE 'pi\_%' AND payment_intent IS NULL THEN p_charge
+                              ELSE payment_intent END
+    WHERE id = p_reservation AND state = 'pending';
+    IF NOT FOUND THEN
+        UPDATE vault_keys SET reserved_cents = reserved_cents + give_back, spent_cents = spent_cents - spend
+        WHERE id = key_id;
+        RETURN false;
+    END IF;
+    RETURN true;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.settle_unknown_spend(p_reservation bigint, p_state text, p_charge text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    key_id bigint;
+    amount bigint;
+BEGIN
+    IF p_state NOT IN ('settled', 'released') THEN
+        RAISE EXCEPTION 'an unknown outcome is settled or released, not %', p_state;
+    END IF;
+    PERFORM 1 FROM vault_keys
+    WHERE id = (SELECT vault_key_id FROM reservations WHERE id = p_reservation) FOR UPDATE;
+    UPDATE reservations SET state = p_state, settled_at = now(), stripe_charge_id = p_charge
+    WHERE id = p_reservation AND state = 'outcome_unknown'
+    RETURNING vault_key_id, amount_cents INTO key_id, amount;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_state = 'settled' THEN
+        UPDATE vault_keys SET reserved_cents = reserved_cents - amount, spent_cents = spent_cents + amount
+        WHERE id = key_id;
+    ELSE
+        UPDATE vault_keys SET reserved_cents = reserved_cents - amount WHERE id = key_id;
+    END IF;
+    RETURN true;
+END
+$function$;
