@@ -8,7 +8,7 @@ import urllib.parse
 import pytest
 import stripe
 
-from test_stripe_python import client, error_code
+from test_stripe_python import client, error_code, in_a_month
 
 
 def capped_key(issue_key, label: str, cap_cents: int) -> dict:
@@ -18,7 +18,7 @@ def capped_key(issue_key, label: str, cap_cents: int) -> dict:
             "expected_total_cents": cap_cents,
             "cap_cents": cap_cents,
             "allowed_endpoints": ["/v1/charges"],
-            "expires_at": "2099-01-01T00:00:00Z",
+            "expires_at": in_a_month(),
         }
     )
 

@@ -1,12 +1,19 @@
 """A billing job's view: the official stripe-python SDK pointed at Vaultcap
 with a vault key, Vaultcap forwarding to localstripe with the real key."""
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 import stripe
 
 
 def client(api_base: str, vault_key: str) -> stripe.StripeClient:
     return stripe.StripeClient(vault_key, base_addresses={"api": api_base}, max_network_retries=0)
+
+
+def in_a_month() -> str:
+    """An expiry a vault key may have (within a year)."""
+    return (datetime.now(timezone.utc) + timedelta(days=30)).isoformat()
 
 
 def error_code(error: stripe.StripeError) -> str:
@@ -32,7 +39,7 @@ def test_charges_succeed_until_the_cap_then_spend_cap_exceeded(vaultcap, issue_k
             "label": "sdk-billing-run-2026-07",
             "expected_total_cents": 2728,
             "allowed_endpoints": ["/v1/charges"],
-            "expires_at": "2099-01-01T00:00:00Z",
+            "expires_at": in_a_month(),
         }
     )
     assert key["cap_cents"] == 3000
@@ -56,7 +63,7 @@ def test_endpoints_the_key_does_not_allow_are_refused(vaultcap, issue_key, audit
             "label": "sdk-charges-only",
             "expected_total_cents": 10000,
             "allowed_endpoints": ["/v1/charges"],
-            "expires_at": "2099-01-01T00:00:00Z",
+            "expires_at": in_a_month(),
         }
     )
     sdk = client(vaultcap, key["vault_key"])
@@ -85,7 +92,7 @@ def test_a_redelivered_charge_with_the_same_idempotency_key_is_charged_and_meter
             "label": "sdk-redelivery",
             "expected_total_cents": 10000,
             "allowed_endpoints": ["/v1/charges"],
-            "expires_at": "2099-01-01T00:00:00Z",
+            "expires_at": in_a_month(),
         }
     )
     sdk = client(vaultcap, key["vault_key"])

@@ -48,6 +48,14 @@ async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| "info,sqlx=warn,tower_sessions=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // VAULTCAP_LOG_SPANS=1: a line as each request, proxied call,
+        // ledger write, database and Stripe call ends, with its time, under
+        // the request id of the request it served.
+        .with_span_events(if std::env::var_os("VAULTCAP_LOG_SPANS").is_some() {
+            tracing_subscriber::fmt::format::FmtSpan::CLOSE
+        } else {
+            tracing_subscriber::fmt::format::FmtSpan::NONE
+        })
         .init();
     let result = match Cli::parse().command {
         Command::Serve(args) => cli::serve::run(args).await,

@@ -36,18 +36,18 @@ pub struct Alert {
     pub id: i64,
     pub vault_key_id: i64,
     pub key_label: String,
-    pub currency: String,
+    pub currency: Currency,
     pub key_expires_at: DateTime<Utc>,
     /// `threshold`, `cap_refused` or `expiring`.
     pub kind: String,
     pub threshold_pct: i16,
     /// Spent + reserved when raised (cap refusals: at the latest refusal;
     /// expiring: spent).
-    pub committed_cents: i64,
-    pub cap_cents: i64,
+    pub committed_cents: Cents,
+    pub cap_cents: Cents,
     /// The refused charge (cap refusals) or the expected billing left
     /// unspent (expiring).
-    pub amount_cents: Option<i64>,
+    pub amount_cents: Option<Cents>,
     pub occurrences: i32,
     /// `open`, `snoozed` or `acknowledged` (see [`AlertState`]).
     pub state: String,
@@ -67,8 +67,8 @@ pub struct Alert {
 impl Alert {
     /// What happened, in a sentence, amounts in the key's currency.
     pub fn describe(&self) -> String {
-        let currency = Currency::parse(&self.currency).unwrap_or_else(|_| Currency::usd());
-        let money = |cents: i64| format!("{} {currency}", Cents(cents).format(&currency));
+        let currency = &self.currency;
+        let money = |cents: Cents| format!("{} {currency}", cents.format(currency));
         let committed = money(self.committed_cents);
         let cap = money(self.cap_cents);
         let amount = money(self.amount_cents.unwrap_or_default());

@@ -31,6 +31,8 @@ pub struct AuditQuery {
     pub decision: Option<String>,
     /// Stripe's HTTP status.
     pub status: Option<String>,
+    /// Calls in this currency (`usd`, `jpy`); the amounts below are in it.
+    pub currency: Option<String>,
     /// In the currency's major unit, like `500` or `1,250.00`.
     pub min_amount: Option<String>,
     pub max_amount: Option<String>,
@@ -92,6 +94,7 @@ pub struct AuditFilter {
     pub endpoint: Option<String>,
     pub decision: Option<DecisionFilter>,
     pub status: Option<i16>,
+    pub currency: Option<Currency>,
     pub min_amount: Option<Cents>,
     pub max_amount: Option<Cents>,
     pub idempotency_key: Option<String>,
@@ -135,9 +138,19 @@ impl AuditQuery {
                     })
             })
             .transpose()?;
+        let currency = given(&self.currency)
+            .map(|raw| Currency::parse(&raw))
+            .transpose()?;
+        // An amount is read in its currency's decimals (500 JPY is 500,
+        // 500 USD 50,000 cents): never guessed.
         let amount = |raw: &Option<String>| {
             given(raw)
-                .map(|raw| Cents::parse_amount(&raw, &Currency::usd()))
+                .map(|raw| match &currency {
+                    Some(currency) => Cents::parse_amount(&raw, currency),
+                    None => Err(ParseError::new(
+                        "choose the currency the amounts are in (usd, eur, jpy, …)",
+                    )),
+                })
                 .transpose()
         };
         let (min_amount, max_amount) = (amount(&self.min_amount)?, amount(&self.max_amount)?);
@@ -159,6 +172,7 @@ impl AuditQuery {
             endpoint: text("endpoint", &self.endpoint)?,
             decision,
             status,
+            currency,
             min_amount,
             max_amount,
             idempotency_key: text("idempotency key", &self.idempotency_key)?,
@@ -199,33 +213,77 @@ impl AuditQuery {
         }
     }
 
-    /// The set parameters, in a fixed order.
-    pub fn pairs(&self) -> Vec<(&'static str, &str)> {
-        [
-            ("from", &self.from),
-            ("to", &self.to),
-            ("key", &self.key),
-            ("period", &self.period),
-            ("customer", &self.customer),
-            ("customer_id", &self.customer_id),
-            ("endpoint", &self.endpoint),
-            ("decision", &self.decision),
-            ("status", &self.status),
-            ("min_amount", &self.min_amount),
-            ("max_amount", &self.max_amount),
-            ("idempotency_key", &self.idempotency_key),
-            ("object", &self.object),
-            ("limit", &self.limit),
-            ("after", &self.after),
-            ("before", &self.before),
-        ]
-        .into_iter()
-        .filter_map(|(name, value)| {
-            Some((name, value.as_deref().filter(|v| !v.trim().is_empty())?))
-        })
-        .collect()
+    /// The query with only its filters: the export takes the whole
+    /// filtered set, whatever page the link was on.
+    pub fn filters_only(self) -> AuditQuery {
+        AuditQuery {
+            limit: None,
+            ..self.at(None)
+        }
+    }
+
+    /// A query string's pairs, as decoded: a name the log does not take is
+    /// ignored, and one given twice keeps its last value.
+    pub fn from_pairs<N, V>(pairs: impl IntoIterator<Item = (N, V)>) -> Self
+    where
+        N: AsRef<str>,
+        V: Into<String>,
+    {
+        let mut query = Self::default();
+        for (name, value) in pairs {
+            query.set(name.as_ref(), value.into());
+        }
+        query
     }
 }
+
+/// Declares the query string's parameters once, each named as its field:
+/// [`AuditQuery::pairs`] writes them and [`AuditQuery::set`] reads them,
+/// for the page, the export and the API alike.
+macro_rules! parameters {
+    ($($name:ident),* $(,)?) => {
+        impl AuditQuery {
+            /// The set parameters, in the order declared.
+            pub fn pairs(&self) -> Vec<(&'static str, &str)> {
+                [$((stringify!($name), &self.$name)),*]
+                    .into_iter()
+                    .filter_map(|(name, value)| {
+                        Some((name, value.as_deref().filter(|v| !v.trim().is_empty())?))
+                    })
+                    .collect()
+            }
+
+            /// Sets the parameter `name`; false for a name it does not take.
+            pub fn set(&mut self, name: &str, value: String) -> bool {
+                match name {
+                    $(stringify!($name) => self.$name = Some(value),)*
+                    _ => return false,
+                }
+                true
+            }
+        }
+    };
+}
+
+parameters!(
+    from,
+    to,
+    key,
+    period,
+    customer,
+    customer_id,
+    endpoint,
+    decision,
+    status,
+    currency,
+    min_amount,
+    max_amount,
+    idempotency_key,
+    object,
+    limit,
+    after,
+    before,
+);
 
 pub(super) fn given(value: &Option<String>) -> Option<String> {
     value
@@ -406,27 +464,44 @@ mod tests {
     }
 
     fn query(pairs: &[(&str, &str)]) -> AuditQuery {
-        let mut q = AuditQuery::default();
-        for (name, value) in pairs {
-            let slot = match *name {
-                "from" => &mut q.from,
-                "to" => &mut q.to,
-                "key" => &mut q.key,
-                "period" => &mut q.period,
-                "customer_id" => &mut q.customer_id,
-                "decision" => &mut q.decision,
-                "status" => &mut q.status,
-                "min_amount" => &mut q.min_amount,
-                "max_amount" => &mut q.max_amount,
-                "limit" => &mut q.limit,
-                "after" => &mut q.after,
-                "before" => &mut q.before,
-                "object" => &mut q.object,
-                other => panic!("no field {other}"),
-            };
-            *slot = Some(value.to_string());
-        }
-        q
+        AuditQuery::from_pairs(pairs.iter().copied())
+    }
+
+    #[test]
+    fn every_parameter_written_is_read_back_and_others_are_ignored() {
+        let mut every = AuditQuery::default();
+        let names: Vec<&str> = [
+            "from",
+            "to",
+            "key",
+            "period",
+            "customer",
+            "customer_id",
+            "endpoint",
+            "decision",
+            "status",
+            "currency",
+            "min_amount",
+            "max_amount",
+            "idempotency_key",
+            "object",
+            "limit",
+            "after",
+            "before",
+        ]
+        .into_iter()
+        .filter(|name| every.set(name, format!("v-{name}")))
+        .collect();
+        assert_eq!(names.len(), 17);
+        assert_eq!(every.pairs().len(), 17);
+        assert_eq!(AuditQuery::from_pairs(every.pairs()), every);
+        // Unknown names change nothing; a repeated name keeps its last value.
+        let read = query(&[("page", "2"), ("key", "1"), ("key", "2")]);
+        assert_eq!(read.pairs(), vec![("key", "2")]);
+        assert!(!AuditQuery::default().set("page", "2".into()));
+        // The export takes filters, never a position.
+        let at = query(&[("key", "3"), ("limit", "25"), ("after", "1.2")]).filters_only();
+        assert_eq!(at.pairs(), vec![("key", "3")]);
     }
 
     #[test]
@@ -463,11 +538,21 @@ mod tests {
                 "\"approved\" is not a decision",
             ),
             (vec![("status", "2000")], "\"2000\" is not an HTTP status"),
-            (vec![("min_amount", "-5")], "negative"),
+            (vec![("currency", "usd"), ("min_amount", "-5")], "negative"),
             (
-                vec![("min_amount", "10"), ("max_amount", "5")],
+                vec![
+                    ("currency", "usd"),
+                    ("min_amount", "10"),
+                    ("max_amount", "5"),
+                ],
                 "smallest amount is larger",
             ),
+            (vec![("min_amount", "10")], "choose the currency"),
+            (
+                vec![("currency", "jpy"), ("min_amount", "10.50")],
+                "JPY has no decimals",
+            ),
+            (vec![("currency", "dollars")], "not a currency code"),
             (vec![("limit", "100000")], "\"100000\" is not a page size"),
             (vec![("key", "1 OR 1=1")], "is not a vault key id"),
             (vec![("after", "abc")], "page link is damaged"),

@@ -77,15 +77,14 @@ pub struct CapIncrease {
     pub id: i64,
     pub vault_key_id: i64,
     pub key_label: String,
-    pub currency: String,
+    pub currency: Currency,
     /// The key's figures now (not when asked): cap, spent + reserved.
-    pub key_cap_cents: i64,
-    pub key_committed_cents: i64,
+    pub key_cap_cents: Cents,
+    pub key_committed_cents: Cents,
     /// What the key could move when asked, and what it should move.
-    pub from_cap_cents: i64,
-    pub to_cap_cents: i64,
-    /// `raise_cap` or `follow_on_key` (see [`ApplyAs`]).
-    pub apply_as: String,
+    pub from_cap_cents: Cents,
+    pub to_cap_cents: Cents,
+    pub apply_as: ApplyAs,
     pub reason: String,
     pub origin: String,
     pub requested_at: DateTime<Utc>,
@@ -97,8 +96,7 @@ pub struct CapIncrease {
     /// one person who may not decide it.
     pub requested_by_id: Option<i64>,
     pub expires_at: DateTime<Utc>,
-    /// `pending`, `approved`, `rejected` or `expired` (see [`RequestState`]).
-    pub state: String,
+    pub state: RequestState,
     pub decided_at: Option<DateTime<Utc>>,
     pub decided_by: Option<String>,
     pub decision_note: Option<String>,
@@ -106,30 +104,18 @@ pub struct CapIncrease {
 }
 
 impl CapIncrease {
-    pub fn state(&self) -> RequestState {
-        RequestState::parse(&self.state).unwrap_or(RequestState::Expired)
-    }
-
-    pub fn apply_as(&self) -> ApplyAs {
-        ApplyAs::parse(&self.apply_as).unwrap_or(ApplyAs::RaiseCap)
-    }
-
-    pub fn currency(&self) -> Currency {
-        Currency::parse(&self.currency).unwrap_or_else(|_| Currency::usd())
-    }
-
     pub fn additional(&self) -> Cents {
-        Cents(self.to_cap_cents - self.from_cap_cents)
+        Cents(self.to_cap_cents.0 - self.from_cap_cents.0)
     }
 
     /// `5,500.00 → 6,050.00 USD (+550.00)`.
     pub fn change(&self) -> String {
-        let currency = self.currency();
+        let currency = &self.currency;
         format!(
             "{} → {} {currency} (+{})",
-            Cents(self.from_cap_cents).format(&currency),
-            Cents(self.to_cap_cents).format(&currency),
-            self.additional().format(&currency)
+            self.from_cap_cents.format(currency),
+            self.to_cap_cents.format(currency),
+            self.additional().format(currency)
         )
     }
 
@@ -145,7 +131,7 @@ impl CapIncrease {
 
     /// The key's utilization now, in whole percent.
     pub fn utilization_pct(&self) -> i64 {
-        Cents(self.key_committed_cents).percent_of(Cents(self.key_cap_cents))
+        self.key_committed_cents.percent_of(self.key_cap_cents)
     }
 
     pub fn origin_label(&self) -> &'static str {
@@ -170,7 +156,7 @@ impl CapIncrease {
 
     /// The decision in a sentence (the request if it is still undecided).
     pub fn describe_decision(&self) -> String {
-        match self.state() {
+        match self.state {
             RequestState::Pending => self.describe_request(),
             RequestState::Expired => format!(
                 "The cap increase for {} ({}) expired undecided",
@@ -209,20 +195,20 @@ pub struct ApprovalPreview {
 
 impl ApprovalPreview {
     pub fn cap_now(&self) -> Cents {
-        Cents(self.request.key_cap_cents)
+        self.request.key_cap_cents
     }
 
     /// The key's cap once approved: raised by the increase, or unchanged
     /// when the increase becomes a follow-on key.
     pub fn cap_after(&self) -> Cents {
-        match self.request.apply_as() {
+        match self.request.apply_as {
             ApplyAs::RaiseCap => Cents(self.cap_now().0 + self.request.additional().0),
             ApplyAs::FollowOnKey => self.cap_now(),
         }
     }
 
     pub fn committed(&self) -> Cents {
-        Cents(self.request.key_committed_cents)
+        self.request.key_committed_cents
     }
 
     pub fn utilization_after_pct(&self) -> i64 {
@@ -244,7 +230,7 @@ impl ApprovalPreview {
     /// cap or a follow-on key changed since): the decision refuses to
     /// approve it then, so the page offers no approval.
     pub fn cap_moved(&self) -> bool {
-        self.granted.0 != self.request.from_cap_cents
+        self.granted != self.request.from_cap_cents
     }
 }
 
@@ -388,7 +374,7 @@ mod tests {
             id: 1,
             label: "run".into(),
             secret_prefix: "vk_x".into(),
-            billing_period: "2026-07".into(),
+            billing_period: "2026-07".parse().unwrap(),
             currency: Currency::usd(),
             expected_total: Cents(500_000),
             cap: Cents(cap),

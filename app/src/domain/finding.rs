@@ -151,14 +151,15 @@ impl FindingKind {
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct Finding {
     pub id: i64,
-    /// `orphaned`, `duplicate` or `missing` (see [`FindingKind`]).
-    pub kind: String,
-    pub billing_period: String,
+    pub kind: FindingKind,
+    pub billing_period: BillingPeriod,
     pub customer_id: String,
-    pub currency: String,
+    pub currency: Currency,
     pub charge_ids: Vec<String>,
     pub keeper_charge_id: Option<String>,
-    pub amount_at_risk_cents: i64,
+    /// The money at risk, in `currency`.
+    #[cfg_attr(feature = "ssr", sqlx(rename = "amount_at_risk_cents"))]
+    pub at_risk: Cents,
     pub explanation: String,
     pub detected_at: DateTime<Utc>,
     pub resolution: Option<String>,
@@ -168,18 +169,6 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn kind(&self) -> Option<FindingKind> {
-        FindingKind::parse(&self.kind)
-    }
-
-    pub fn currency(&self) -> Currency {
-        Currency::parse(&self.currency).unwrap_or_else(|_| Currency::usd())
-    }
-
-    pub fn at_risk(&self) -> Cents {
-        Cents(self.amount_at_risk_cents)
-    }
-
     pub fn is_open(&self) -> bool {
         self.resolution.is_none()
     }
@@ -440,10 +429,10 @@ pub fn counted(n: usize, one: &str, many: &str) -> String {
 pub fn at_risk_by_currency(findings: &[Finding]) -> Vec<(Currency, Cents)> {
     let mut totals: Vec<(Currency, Cents)> = Vec::new();
     for finding in findings {
-        let currency = finding.currency();
+        let currency = finding.currency.clone();
         match totals.iter_mut().find(|(c, _)| *c == currency) {
-            Some((_, total)) => total.0 += finding.amount_at_risk_cents,
-            None => totals.push((currency, finding.at_risk())),
+            Some((_, total)) => total.0 += finding.at_risk.0,
+            None => totals.push((currency, finding.at_risk)),
         }
     }
     totals

@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Cents, Currency, RequestState};
+use super::{BillingPeriod, Cents, Currency, RequestState};
 
 /// A vault key asked for beyond policy, waiting for (or past) a second
 /// person's decision. Its secret was shown to the requester when asked and
@@ -11,12 +11,12 @@ use super::{Cents, Currency, RequestState};
 pub struct KeyRequest {
     pub id: i64,
     pub label: String,
-    pub billing_period: String,
-    pub currency: String,
-    pub expected_total_cents: i64,
-    pub cap_cents: i64,
+    pub billing_period: BillingPeriod,
+    pub currency: Currency,
+    pub expected_total_cents: Cents,
+    pub cap_cents: Cents,
     /// The most policy would have issued without an approver.
-    pub policy_cap_cents: i64,
+    pub policy_cap_cents: Cents,
     /// Why it is beyond policy, in a sentence.
     pub over_policy: String,
     pub secret_prefix: String,
@@ -27,31 +27,12 @@ pub struct KeyRequest {
     /// one person who may not decide it.
     pub requested_by_id: Option<i64>,
     pub expires_at: DateTime<Utc>,
-    /// `pending`, `approved`, `rejected` or `expired`.
-    pub state: String,
+    pub state: RequestState,
     pub decided_at: Option<DateTime<Utc>>,
     pub decided_by: Option<String>,
     pub decision_note: Option<String>,
     /// The key issued on approval.
     pub vault_key_id: Option<i64>,
-}
-
-impl KeyRequest {
-    pub fn state(&self) -> RequestState {
-        RequestState::parse(&self.state).unwrap_or(RequestState::Expired)
-    }
-
-    pub fn currency(&self) -> Currency {
-        Currency::parse(&self.currency).unwrap_or_else(|_| Currency::usd())
-    }
-
-    pub fn cap(&self) -> Cents {
-        Cents(self.cap_cents)
-    }
-
-    pub fn policy_cap(&self) -> Cents {
-        Cents(self.policy_cap_cents)
-    }
 }
 
 /// What approving a key request does, shown before the approver confirms.
@@ -68,10 +49,10 @@ pub struct KeyRequestPreview {
 impl KeyRequestPreview {
     /// How far the cap goes beyond what policy issues without an approver.
     pub fn above_policy(&self) -> Cents {
-        Cents((self.request.cap_cents - self.request.policy_cap_cents).max(0))
+        Cents((self.request.cap_cents.0 - self.request.policy_cap_cents.0).max(0))
     }
 
     pub fn live_caps_after(&self) -> Cents {
-        Cents(self.live_caps.0 + self.request.cap_cents)
+        Cents(self.live_caps.0 + self.request.cap_cents.0)
     }
 }

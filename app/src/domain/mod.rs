@@ -8,6 +8,8 @@ mod api_scope;
 mod audit_chain;
 mod audit_query;
 mod cap_increase;
+#[cfg(feature = "ssr")]
+mod columns;
 mod decision;
 mod duplicate_policy;
 mod email;
@@ -155,7 +157,7 @@ pub struct KeySummary {
     pub id: i64,
     pub label: String,
     pub secret_prefix: String,
-    pub billing_period: String,
+    pub billing_period: BillingPeriod,
     pub currency: Currency,
     pub expected_total: Cents,
     pub cap: Cents,

@@ -12,7 +12,7 @@ use super::ParseError;
 pub struct Cents(pub i64);
 
 /// An ISO 4217 currency code, lower-case as Stripe writes it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Currency(String);
 
 /// Stripe's zero-decimal currencies: their minor unit is the whole unit.
@@ -31,6 +31,17 @@ impl Currency {
                 "{:?} is not a currency code: use three letters such as usd or eur",
                 raw.trim()
             )))
+        }
+    }
+
+    /// A code as stored (lower-case, three letters), nothing trimmed or
+    /// folded: what the database holds must already be one.
+    pub fn parse_stored(raw: &str) -> Result<Self, ParseError> {
+        match Self::parse(raw) {
+            Ok(currency) if currency.0 == raw => Ok(currency),
+            _ => Err(ParseError::new(format!(
+                "{raw:?} is not a stored currency code (three lower-case letters)"
+            ))),
         }
     }
 

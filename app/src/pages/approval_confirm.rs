@@ -4,7 +4,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{ApplyAs, ApprovalPreview, Cents, KeyRequestPreview, Role},
+    domain::{ApplyAs, ApprovalPreview, KeyRequestPreview, Role},
     error::AppError,
     server_fns::{get_approval_preview, get_key_request_preview},
 };
@@ -89,35 +89,35 @@ fn id_and_note() -> impl Fn() -> (Option<i64>, Option<String>) + Clone + 'static
 fn Confirmation(preview: ApprovalPreview) -> impl IntoView {
     let request = preview.request.clone();
     let id = request.id;
-    let currency = request.currency();
+    let currency = request.currency.clone();
     let amount = move |cents| view! { <Amount cents currency=currency.clone()/> };
-    let follow_on = request.apply_as() == ApplyAs::FollowOnKey;
+    let follow_on = request.apply_as == ApplyAs::FollowOnKey;
     let consequence = if follow_on {
         format!(
             "A new key for {} is issued with a cap of {} {}, linked to this one; its secret is shown to you once. This key's cap stays as it is.",
             request.key_label,
-            request.additional().format(&request.currency()),
-            request.currency()
+            request.additional().format(&request.currency),
+            request.currency.clone()
         )
     } else {
         format!(
             "The cap of {} goes from {} to {} {}; the proxy applies it from the next call.",
             request.key_label,
-            preview.cap_now().format(&request.currency()),
-            preview.cap_after().format(&request.currency()),
-            request.currency()
+            preview.cap_now().format(&request.currency),
+            preview.cap_after().format(&request.currency),
+            request.currency.clone()
         )
     };
     let confirm_label = if follow_on {
         format!(
             "Approve: issue a key for {}",
-            request.additional().format(&request.currency())
+            request.additional().format(&request.currency)
         )
     } else {
         format!(
             "Approve: cap {} {}",
-            preview.cap_after().format(&request.currency()),
-            request.currency()
+            preview.cap_after().format(&request.currency),
+            request.currency.clone()
         )
     };
     view! {
@@ -172,9 +172,9 @@ fn Confirmation(preview: ApprovalPreview) -> impl IntoView {
                     <p>{format!(
                         "This cannot be approved: {}'s cap changed since the request (from {} to {} {}). Reject it and ask again for what is still needed.",
                         request.key_label,
-                        Cents(request.from_cap_cents).format(&request.currency()),
-                        preview.granted.format(&request.currency()),
-                        request.currency()
+                        request.from_cap_cents.format(&request.currency),
+                        preview.granted.format(&request.currency),
+                        request.currency.clone()
                     )}</p>
                     <p><a href="/approvals">"Back to Approvals"</a></p>
                 </section>
@@ -205,12 +205,12 @@ pub fn KeyRequestConfirmPage() -> impl IntoView {
 fn KeyConfirmation(preview: KeyRequestPreview) -> impl IntoView {
     let request = preview.request.clone();
     let id = request.id;
-    let currency = request.currency();
+    let currency = request.currency.clone();
     let amount = move |cents| view! { <Amount cents currency=currency.clone()/> };
     let cap = format!(
         "{} {}",
-        request.cap().format(&request.currency()),
-        request.currency()
+        request.cap_cents.format(&request.currency),
+        request.currency.clone()
     );
     view! {
         <p class="breadcrumb"><a href="/approvals">"Approvals"</a> " / " {format!("Key request #{id}")}</p>
@@ -222,16 +222,16 @@ fn KeyConfirmation(preview: KeyRequestPreview) -> impl IntoView {
                 request.label,
                 request.billing_period,
                 request.secret_prefix,
-                preview.above_policy().format(&request.currency()),
-                request.currency()
+                preview.above_policy().format(&request.currency),
+                request.currency.clone()
             )}</p>
             <dl class="facts facts-money">
-                <div><dt>"Cap asked for"</dt><dd>{amount(request.cap())}</dd></div>
-                <div><dt>"Expected total"</dt><dd>{amount(Cents(request.expected_total_cents))}</dd></div>
-                <div><dt>"Policy allows"</dt><dd>{amount(request.policy_cap())}</dd></div>
+                <div><dt>"Cap asked for"</dt><dd>{amount(request.cap_cents)}</dd></div>
+                <div><dt>"Expected total"</dt><dd>{amount(request.expected_total_cents)}</dd></div>
+                <div><dt>"Policy allows"</dt><dd>{amount(request.policy_cap_cents)}</dd></div>
                 <div><dt>"Above policy"</dt><dd>{amount(preview.above_policy())}</dd></div>
-                <div><dt>{format!("Live {} {} caps now", request.billing_period, request.currency())}</dt><dd>{amount(preview.live_caps)}</dd></div>
-                <div><dt>{format!("Live {} {} caps once approved", request.billing_period, request.currency())}</dt><dd><strong>{amount(preview.live_caps_after())}</strong></dd></div>
+                <div><dt>{format!("Live {} {} caps now", request.billing_period, request.currency.clone())}</dt><dd>{amount(preview.live_caps)}</dd></div>
+                <div><dt>{format!("Live {} {} caps once approved", request.billing_period, request.currency.clone())}</dt><dd><strong>{amount(preview.live_caps_after())}</strong></dd></div>
             </dl>
         </section>
         <section class="panel" aria-labelledby="asked-heading">

@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::{utc, Amount, CountTabs, ErrorPanel, RequireRole},
-    domain::{ApprovalsView, CapIncrease, Cents, KeyRequest, Me, RequestState, Role},
+    domain::{ApprovalsView, CapIncrease, KeyRequest, Me, RequestState, Role},
     server_fns::list_approvals,
 };
 
@@ -90,7 +90,7 @@ fn KeyRequestTable(requests: Vec<KeyRequest>, me: Option<Me>) -> impl IntoView {
 #[component]
 fn KeyRequestRow(request: KeyRequest, can_decide: bool, own: bool) -> impl IntoView {
     let id = request.id;
-    let currency = request.currency();
+    let currency = request.currency.clone();
     let expires =
         view! { <div class="hint">{format!("expires {}", utc(request.expires_at))}</div> };
     let decision = if own {
@@ -120,11 +120,11 @@ fn KeyRequestRow(request: KeyRequest, can_decide: bool, own: bool) -> impl IntoV
                 <div class="hint">{format!("{} · key {}…", request.billing_period, request.secret_prefix)}</div>
             </td>
             <td class="num" data-label="Cap asked for">
-                <strong><Amount cents=request.cap() currency=currency.clone()/></strong>
+                <strong><Amount cents=request.cap_cents currency=currency.clone()/></strong>
                 <div class="hint">{format!(
                     "expected {} · policy allows {}",
-                    Cents(request.expected_total_cents).format(&currency),
-                    request.policy_cap().format(&currency)
+                    request.expected_total_cents.format(&currency),
+                    request.policy_cap_cents.format(&currency)
                 )}</div>
             </td>
             <td class="reason" data-label="Beyond policy because">{request.over_policy.clone()}</td>
@@ -176,8 +176,8 @@ fn RequestTable(data: ApprovalsView, shown: String, me: Option<Me>) -> impl Into
 #[component]
 fn RequestRow(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoView {
     let id = request.id;
-    let currency = request.currency();
-    let state = request.state();
+    let currency = request.currency.clone();
+    let state = request.state;
     let pct = request.utilization_pct();
     let util_class = if pct >= 90 { "util-high" } else { "" };
     view! {
@@ -192,13 +192,13 @@ fn RequestRow(request: CapIncrease, can_decide: bool, own: bool) -> impl IntoVie
                 <div class=format!("hint {util_class}")>{format!("{pct} % of cap used now")}</div>
             </td>
             <td class="num" data-label="Requested cap">
-                <strong><Amount cents=Cents(request.to_cap_cents) currency=currency.clone()/></strong>
+                <strong><Amount cents=request.to_cap_cents currency=currency.clone()/></strong>
                 <div class="hint">{format!(
                     "from {} · +{}",
-                    Cents(request.from_cap_cents).format(&currency),
+                    request.from_cap_cents.format(&currency),
                     request.additional().format(&currency)
                 )}</div>
-                <div class="hint">{request.apply_as().label()}</div>
+                <div class="hint">{request.apply_as.label()}</div>
             </td>
             <td class="reason" data-label="Reason">{request.reason.clone()}</td>
             <td data-label=if matches!(state, RequestState::Pending) { "Decision" } else { "Outcome" }>
@@ -273,7 +273,7 @@ fn DecideForm(
 
 #[component]
 fn Outcome(request: CapIncrease) -> impl IntoView {
-    let state = request.state();
+    let state = request.state;
     let detail = match state {
         RequestState::Expired => format!("undecided by {}", utc(request.expires_at)),
         _ => format!(

@@ -46,15 +46,12 @@ fn CallDetail(detail: AuditCallDetail) -> impl IntoView {
     let title = format!("Call {}", call.id);
     let dash = || "—".to_string();
     let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(dash);
-    let same = |set: fn(&mut AuditQuery, String), value: &Option<String>| {
-        value.clone().map(|value| {
-            let mut query = AuditQuery::default();
-            set(&mut query, value);
-            query.href("/audit")
-        })
+    let same = |name: &str, value: &Option<String>| {
+        let value = value.clone()?;
+        Some(AuditQuery::from_pairs([(name, value)]).href("/audit"))
     };
-    let same_idempotency = same(|q, v| q.idempotency_key = Some(v), &call.idempotency_key);
-    let same_customer = same(|q, v| q.customer_id = Some(v), &call.metadata_customer_id);
+    let same_idempotency = same("idempotency_key", &call.idempotency_key);
+    let same_customer = same("customer_id", &call.metadata_customer_id);
     let amount = call.amount.zip(call.currency.clone());
     let can_act = use_context::<Me>().is_some_and(|me| me.role.allows(Role::Operator));
     let raise = call

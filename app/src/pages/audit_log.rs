@@ -18,26 +18,7 @@ use crate::{
 #[component]
 pub fn AuditLogPage() -> impl IntoView {
     let params = use_query_map();
-    let query = move || {
-        params.with(|q| AuditQuery {
-            from: q.get("from"),
-            to: q.get("to"),
-            key: q.get("key"),
-            period: q.get("period"),
-            customer: q.get("customer"),
-            customer_id: q.get("customer_id"),
-            endpoint: q.get("endpoint"),
-            decision: q.get("decision"),
-            status: q.get("status"),
-            min_amount: q.get("min_amount"),
-            max_amount: q.get("max_amount"),
-            idempotency_key: q.get("idempotency_key"),
-            object: q.get("object"),
-            limit: q.get("limit"),
-            after: q.get("after"),
-            before: q.get("before"),
-        })
-    };
+    let query = move || params.with(|q| AuditQuery::from_pairs(q));
     let page = Resource::new(query, list_audit);
     let integrity = Resource::new(|| (), |_| audit_integrity());
     view! {
@@ -106,10 +87,12 @@ fn AuditFilters(query: AuditQuery) -> impl IntoView {
             {text("period", "Billing period", value(&query.period), "2026-11")}
             {text("endpoint", "Endpoint path", value(&query.endpoint), "/v1/charges")}
             {text("status", "Stripe status", value(&query.status), "402")}
-            {text("min_amount", "Amount from", value(&query.min_amount), "100.00")}
-            {text("max_amount", "Amount to", value(&query.max_amount), "5,000.00")}
             {text("idempotency_key", "Idempotency key", value(&query.idempotency_key), "")}
             {text("object", "Stripe object", value(&query.object), "ch_… or pi_…")}
+            // The amounts are read in the currency beside them.
+            {text("currency", "Currency", value(&query.currency), "usd")}
+            {text("min_amount", "Amount from", value(&query.min_amount), "100.00")}
+            {text("max_amount", "Amount to", value(&query.max_amount), "5,000.00")}
             <div class="field">
                 <label for="audit-limit">"Per page"</label>
                 <select id="audit-limit" name="limit">

@@ -150,10 +150,10 @@ fn Preview(preview: BulkPreview) -> impl IntoView {
                         <tbody>
                             {preview.findings.iter().map(|finding| view! {
                                 <tr data-finding=finding.id>
-                                    <td class="nowrap"><a href=format!("/reconciliation/{}", finding.id)>{format!("#{}", finding.id)}</a>{format!(" {}", finding.kind().map(|k| k.one()).unwrap_or_default())}</td>
+                                    <td class="nowrap"><a href=format!("/reconciliation/{}", finding.id)>{format!("#{}", finding.id)}</a>{format!(" {}", finding.kind.one())}</td>
                                     <td>{finding.customer_id.clone()}</td>
                                     <td><code>{finding.charge_ids.join(", ")}</code></td>
-                                    <td class="num"><Amount cents=finding.at_risk() currency=finding.currency()/></td>
+                                    <td class="num"><Amount cents=finding.at_risk currency=finding.currency.clone()/></td>
                                 </tr>
                             }).collect_view()}
                         </tbody>

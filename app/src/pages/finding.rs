@@ -50,13 +50,8 @@ pub fn FindingPage() -> impl IntoView {
 fn Evidence(evidence: FindingEvidence, can_act: bool) -> impl IntoView {
     let finding = evidence.finding.clone();
     let id = finding.id;
-    let kind = finding.kind();
-    let title = format!(
-        "{} · {}",
-        kind.map(|k| k.one()).unwrap_or("Finding"),
-        finding.customer_id
-    );
-    let period = finding.billing_period.clone();
+    let title = format!("{} · {}", finding.kind.one(), finding.customer_id);
+    let period = finding.billing_period.to_string();
     let synced = match evidence.last_synced_at {
         Some(at) => format!("Stripe's side as of the last sync, {}.", utc(at)),
         None => "No sync of this period has finished yet: Stripe's side as last stored.".into(),
@@ -77,14 +72,14 @@ fn Evidence(evidence: FindingEvidence, can_act: bool) -> impl IntoView {
             <h2 id="why-heading">"Why it was classified so"</h2>
             <p data-testid="explanation">{finding.explanation.clone()}</p>
             <dl class="facts facts-money">
-                <div><dt>"Money at risk"</dt><dd><Amount cents=finding.at_risk() currency=finding.currency()/></dd></div>
+                <div><dt>"Money at risk"</dt><dd><Amount cents=finding.at_risk currency=finding.currency.clone()/></dd></div>
                 <div><dt>"Billing period"</dt><dd>{period.clone()}</dd></div>
                 <div><dt>"Customer"</dt><dd>{finding.customer_id.clone()}</dd></div>
             </dl>
-            {match (finding.is_open(), kind) {
-                (true, Some(kind)) => view! { <p class="hint">{format!("Next: {}.", kind.next_step())}</p> }.into_any(),
-                (false, _) => view! { <div class="resolution"><Resolution finding=finding.clone()/></div> }.into_any(),
-                _ => ().into_any(),
+            {if finding.is_open() {
+                view! { <p class="hint">{format!("Next: {}.", finding.kind.next_step())}</p> }.into_any()
+            } else {
+                view! { <div class="resolution"><Resolution finding=finding.clone()/></div> }.into_any()
             }}
             {(finding.is_open() && can_act).then(|| view! {
                 <FindingActions finding=finding.clone() back=format!("/reconciliation/{id}")/>
@@ -236,7 +231,7 @@ fn or_dash(value: &Option<String>) -> String {
 
 #[component]
 fn ProxyCalls(evidence: FindingEvidence) -> impl IntoView {
-    let currency = evidence.finding.currency();
+    let currency = evidence.finding.currency.clone();
     view! {
         <section class="panel" aria-labelledby="calls-heading">
             <h2 id="calls-heading">"Proxy calls"</h2>

@@ -51,7 +51,7 @@ fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
     let title = key.label.clone();
     view! {
         <Title text=title/>
-        <p class="breadcrumb"><a href="/keys">"Vault keys"</a> " / " {key.billing_period.clone()}</p>
+        <p class="breadcrumb"><a href="/keys">"Vault keys"</a> " / " {key.billing_period.to_string()}</p>
         <div class="page-head">
             <h1>{key.label.clone()} " " <span class=format!("status status-{}", key.status.as_str())>{key.status.as_str()}</span></h1>
             <div class="actions">
@@ -194,7 +194,7 @@ fn CapHistory(detail: KeyDetail) -> impl IntoView {
     let approved_raises: i64 = detail
         .cap_history
         .iter()
-        .filter(|r| r.state() == RequestState::Approved && r.apply_as() == ApplyAs::RaiseCap)
+        .filter(|r| r.state == RequestState::Approved && r.apply_as == ApplyAs::RaiseCap)
         .map(|r| r.additional().0)
         .sum();
     let issued_with = Cents(detail.key.cap.0 - approved_raises);
@@ -213,7 +213,7 @@ fn CapHistory(detail: KeyDetail) -> impl IntoView {
                     </thead>
                     <tbody>
                         {detail.cap_history.into_iter().map(|request| {
-                            let state = request.state();
+                            let state = request.state;
                             let outcome = match state {
                                 RequestState::Pending => format!("waiting for an approver until {}", utc(request.expires_at)),
                                 RequestState::Expired => format!("expired undecided at {}", utc(request.expires_at)),
@@ -230,7 +230,7 @@ fn CapHistory(detail: KeyDetail) -> impl IntoView {
                                     <td class="nowrap">{utc(request.requested_at)}</td>
                                     <td class="num nowrap">
                                         <span class="amount">{request.change()}</span>
-                                        <div class="hint">{request.apply_as().label()}</div>
+                                        <div class="hint">{request.apply_as.label()}</div>
                                     </td>
                                     <td>{request.reason.clone()}<div class="hint">{format!("by {} {}", request.requested_by, request.origin_label())}</div></td>
                                     <td>
@@ -285,7 +285,7 @@ fn KeyFacts(detail: KeyDetail) -> impl IntoView {
     view! {
         <dl class="facts">
             <div><dt>"Key prefix"</dt><dd><code>{format!("{}…", key.secret_prefix)}</code></dd></div>
-            <div><dt>"Billing period"</dt><dd>{key.billing_period.clone()}</dd></div>
+            <div><dt>"Billing period"</dt><dd>{key.billing_period.to_string()}</dd></div>
             <div><dt>"Buffer over expected"</dt><dd>{buffer}</dd></div>
             <div><dt>"Alert thresholds"</dt><dd>{thresholds}</dd></div>
             <div><dt>"Duplicate guard"</dt><dd>
@@ -387,7 +387,7 @@ fn RevokeForm(detail: KeyDetail) -> impl IntoView {
     let pending = detail
         .cap_history
         .iter()
-        .filter(|request| request.state() == RequestState::Pending)
+        .filter(|request| request.state == RequestState::Pending)
         .count();
     view! {
         <section class="panel panel-danger" aria-labelledby="revoke-heading">

@@ -292,12 +292,12 @@ fn Findings(data: ReconciliationView, can_act: bool) -> impl IntoView {
 #[component]
 fn FindingRow(finding: Finding, can_act: bool) -> impl IntoView {
     let id = finding.id;
-    let kind = finding.kind();
+    let kind = finding.kind;
     let keeper = finding.keeper_charge_id.clone();
     view! {
         <tr data-finding=id>
             <td class="nowrap">
-                <strong>{kind.map(|k| k.one()).unwrap_or_default()}</strong>
+                <strong>{kind.one()}</strong>
                 <div>{finding.customer_id.clone()}</div>
                 <div class="hint"><a href=format!("/reconciliation/{id}") aria-label=format!("Evidence for finding {id}")>{format!("#{id}")}</a>{format!(" · detected {}", utc(finding.detected_at))}</div>
             </td>
@@ -311,10 +311,10 @@ fn FindingRow(finding: Finding, can_act: bool) -> impl IntoView {
                     }).collect_view()}
                 </ul>
             </td>
-            <td class="num"><Amount cents=finding.at_risk() currency=finding.currency()/></td>
+            <td class="num"><Amount cents=finding.at_risk currency=finding.currency.clone()/></td>
             <td>
                 {finding.explanation.clone()}
-                {kind.filter(|_| finding.is_open()).map(|k| view! { <div class="hint">{format!("Next: {}.", k.next_step())}</div> })}
+                {finding.is_open().then(|| view! { <div class="hint">{format!("Next: {}.", kind.next_step())}</div> })}
             </td>
             <td>
                 {if finding.is_open() {
@@ -341,15 +341,15 @@ pub(crate) fn FindingActions(
 ) -> impl IntoView {
     let id = finding.id;
     let back = back.unwrap_or_default();
-    let orphaned = finding.kind() == Some(FindingKind::Orphaned);
-    let duplicate = finding.kind() == Some(FindingKind::Duplicate);
+    let orphaned = finding.kind == FindingKind::Orphaned;
+    let duplicate = finding.kind == FindingKind::Duplicate;
     let refund_label = format!(
         "Yes, refund {} {} to {}",
-        finding.at_risk().format(&finding.currency()),
-        finding.currency(),
+        finding.at_risk.format(&finding.currency),
+        finding.currency.clone(),
         finding.customer_id
     );
-    let period = finding.billing_period.clone();
+    let period = finding.billing_period.to_string();
     view! {
         <div class="alert-actions">
             {orphaned.then(|| view! {

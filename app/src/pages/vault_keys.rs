@@ -165,7 +165,7 @@ fn KeyResults(list: KeyList, query: KeyQuery) -> impl IntoView {
                 <tbody>
                     {list.keys.into_iter().map(|key| view! {
                         <tr data-key=key.id>
-                            <td class="nowrap">{key.billing_period.clone()}</td>
+                            <td class="nowrap">{key.billing_period.to_string()}</td>
                             <td class="label"><a href=format!("/keys/{}", key.id) title=key.label.clone()>{key.label.clone()}</a></td>
                             <td class="nowrap"><code>{format!("{}…", key.secret_prefix)}</code></td>
                             <td><span class=format!("status status-{}", key.status.as_str())>{key.status.as_str()}</span></td>

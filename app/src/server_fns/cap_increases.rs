@@ -17,7 +17,7 @@ pub async fn get_cap_increase_form(
     draft: Option<String>,
 ) -> Result<CapIncreaseForm, AppError> {
     use crate::{
-        domain::{CapSuggestion, Cents, Currency, Decision, Role},
+        domain::{CapSuggestion, Cents, Decision, Role},
         ssr::{
             self, cap_increases,
             data::{alerts, audit, cap_increases as requests, vault_keys},
@@ -30,8 +30,8 @@ pub async fn get_cap_increase_form(
     let row = vault_keys::find(pool, key)
         .await?
         .ok_or(AppError::NotFound)?;
-    let summary = row.summary(chrono::Utc::now())?;
-    let currency = Currency::parse(&row.currency)?;
+    let summary = row.summary(chrono::Utc::now());
+    let currency = row.currency.clone();
 
     // A refused charge the request is about is billing still to come.
     let origin = origin.unwrap_or_else(|| "key_page".into());
@@ -40,8 +40,7 @@ pub async fn get_cap_increase_form(
             Ok(id) => alerts::find(pool, id)
                 .await?
                 .filter(|a| a.vault_key_id == key && a.kind == "cap_refused")
-                .and_then(|a| a.amount_cents)
-                .map(Cents),
+                .and_then(|a| a.amount_cents),
             Err(_) => None,
         },
         Some(("call", id)) => match id.parse() {
@@ -57,7 +56,7 @@ pub async fn get_cap_increase_form(
     let refused_waiting = audit::refused_waiting(pool, key).await?;
     // Billing still to come: the expected total not yet spent, and at least
     // what the cap refused (the charge asked about, or all that wait).
-    let unspent = Cents((row.expected_total_cents - row.spent_cents).max(0));
+    let unspent = Cents((row.expected_total_cents.0 - row.spent_cents.0).max(0));
     let refused = refused_charge
         .unwrap_or_default()
         .max(refused_waiting.total);
@@ -157,7 +156,7 @@ pub async fn get_approval_preview(
         .ok_or(AppError::NotFound)?;
     Ok(ApprovalPreview {
         request,
-        expected_total: Cents(key.expected_total_cents),
+        expected_total: key.expected_total_cents,
         ceiling: cap_increases::ceiling(&key, &state.cap_increases),
         granted: Cents(requests::granted_cents(&state.pool, key.id).await?),
         note: note.unwrap_or_default(),
@@ -172,7 +171,7 @@ pub async fn get_key_request_preview(
     note: Option<String>,
 ) -> Result<crate::domain::KeyRequestPreview, AppError> {
     use crate::{
-        domain::{Cents, KeyRequestPreview, Role},
+        domain::{KeyRequestPreview, Role},
         ssr::{self, data::key_requests as requests, key_requests},
     };
     let me = ssr::auth::require(Role::Approver)?;
@@ -180,9 +179,7 @@ pub async fn get_key_request_preview(
     let request = requests::find(pool, id).await?.ok_or(AppError::NotFound)?;
     key_requests::decidable(&request, &me)?;
     Ok(KeyRequestPreview {
-        live_caps: Cents(
-            requests::live_caps(pool, &request.billing_period, &request.currency).await?,
-        ),
+        live_caps: requests::live_caps(pool, request.billing_period, &request.currency).await?,
         request,
         note: note.unwrap_or_default(),
     })

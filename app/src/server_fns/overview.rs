@@ -33,10 +33,7 @@ pub async fn get_overview() -> Result<Overview, AppError> {
     }
     .parse()?;
     let (rows, at_threshold_count) = vault_keys::list_filtered(pool, &near_cap, 10).await?;
-    let at_threshold = rows
-        .iter()
-        .map(|row| row.summary(now))
-        .collect::<Result<_, _>>()?;
+    let at_threshold = rows.iter().map(|row| row.summary(now)).collect();
     let charted = vault_keys::top_spenders(pool, period, CHARTED_KEYS).await?;
     let ids: Vec<i64> = charted.iter().map(|row| row.id).collect();
     let daily = call_stats::daily_spend(pool, &ids, period.starts_at(), period.ends_at()).await?;
@@ -63,20 +60,20 @@ fn spend_charts(
     daily: &[(i64, chrono::NaiveDate, crate::domain::Cents)],
 ) -> Result<Vec<crate::domain::SpendChart>, AppError> {
     use crate::{
-        domain::{Cents, Currency, SpendChart},
+        domain::{Currency, SpendChart},
         ssr::charts,
     };
     let first = period.starts_at().date_naive();
     let last = (period.ends_at() - chrono::Duration::days(1)).date_naive();
     let today = chrono::Utc::now().date_naive();
-    let mut currencies: Vec<&str> = keys.iter().map(|k| k.currency.as_str()).collect();
+    let mut currencies: Vec<&Currency> = keys.iter().map(|k| &k.currency).collect();
     currencies.sort_unstable();
     currencies.dedup();
     currencies
         .into_iter()
-        .map(|code| {
-            let currency = Currency::parse(code)?;
-            let keys: Vec<_> = keys.iter().filter(|k| k.currency == code).collect();
+        .map(|currency| {
+            let currency = currency.clone();
+            let keys: Vec<_> = keys.iter().filter(|k| k.currency == currency).collect();
             let series: Vec<Vec<_>> = keys
                 .iter()
                 .map(|key| {
@@ -95,7 +92,7 @@ fn spend_charts(
                         key.id,
                         key.label.clone(),
                         charts::css_colour(*colour),
-                        Cents(key.spent_cents),
+                        key.spent_cents,
                     )
                 })
                 .collect();

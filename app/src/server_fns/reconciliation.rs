@@ -31,7 +31,7 @@ pub async fn get_reconciliation(
     let state = expect_context::<ssr::AppState>();
     let pool = &state.pool;
     let name = filter.period.to_string();
-    let last_sync = stripe_charges::last(pool, &name)
+    let last_sync = stripe_charges::last(pool, filter.period)
         .await?
         .map(|s| SyncSummary {
             started_at: s.started_at,
@@ -89,7 +89,7 @@ pub async fn get_finding(id: i64) -> Result<crate::domain::FindingEvidence, AppE
         record: findings::evidence_record(pool, &finding).await?,
         calls: findings::evidence_calls(pool, &finding).await?,
         history: actions::for_subject(pool, "finding", &id.to_string()).await?,
-        last_synced_at: stripe_charges::last(pool, &finding.billing_period)
+        last_synced_at: stripe_charges::last(pool, finding.billing_period)
             .await?
             .and_then(|sync| sync.finished_at),
         finding,

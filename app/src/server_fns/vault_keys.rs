@@ -17,10 +17,7 @@ pub async fn list_vault_keys(query: KeyQuery) -> Result<KeyList, AppError> {
     let pool = &expect_context::<ssr::AppState>().pool;
     let now = chrono::Utc::now();
     let (rows, matching) = vault_keys::list_filtered(pool, &filter, KEYS_PER_PAGE).await?;
-    let keys = rows
-        .iter()
-        .map(|row| row.summary(now))
-        .collect::<Result<_, _>>()?;
+    let keys = rows.iter().map(|row| row.summary(now)).collect();
     Ok(KeyList {
         keys,
         matching,
@@ -34,7 +31,7 @@ pub async fn list_vault_keys(query: KeyQuery) -> Result<KeyList, AppError> {
 #[server(endpoint = "get_vault_key")]
 pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
     use crate::{
-        domain::{BillingPeriod, Role},
+        domain::Role,
         ssr::{
             self, charts,
             data::{alerts, audit, call_stats, cap_increases, vault_keys},
@@ -46,9 +43,9 @@ pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
     let row = vault_keys::find_with_people(pool, id)
         .await?
         .ok_or(AppError::NotFound)?;
-    let key = row.key.summary(now)?;
+    let key = row.key.summary(now);
     let hourly = call_stats::hourly_spend(pool, id).await?;
-    let period: BillingPeriod = row.key.billing_period.parse()?;
+    let period = row.key.billing_period;
     let from = row.key.created_at.min(period.starts_at());
     let spend_chart_svg = charts::cumulative_spend(
         &hourly,
@@ -60,7 +57,7 @@ pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
         &key.currency,
     );
     Ok(KeyDetail {
-        duplicate_policy: row.key.guard(),
+        duplicate_policy: row.key.duplicate_policy,
         buffer_bps: row.key.buffer_bps,
         allowed_endpoints: row.key.allowed_endpoints.clone(),
         created_at: row.key.created_at,

@@ -17,9 +17,7 @@ use super::{
     CapIncreaseRules,
 };
 use crate::{
-    domain::{
-        ApplyAs, BillingPeriod, CapIncrease, Cents, Currency, KeyStatus, Me, RequestState, Role,
-    },
+    domain::{ApplyAs, CapIncrease, Cents, KeyStatus, Me, RequestState, Role},
     error::AppError,
 };
 
@@ -48,7 +46,7 @@ pub struct Ask {
 /// The most a key may be raised to: `ceiling_pct` of its expected total.
 pub fn ceiling(key: &VaultKeyRow, rules: &CapIncreaseRules) -> Cents {
     Cents(
-        (i128::from(key.expected_total_cents) * i128::from(rules.ceiling_pct) / 100)
+        (i128::from(key.expected_total_cents.0) * i128::from(rules.ceiling_pct) / 100)
             .min(i128::from(crate::domain::MAX_CENTS)) as i64,
     )
 }
@@ -89,8 +87,8 @@ pub async fn request(
         .await?
         .ok_or(AppError::NotFound)?;
     let now = Utc::now();
-    let currency = Currency::parse(&key.currency)?;
-    let money = |cents: Cents| format!("{} {currency}", cents.format(&currency));
+    let currency = &key.currency;
+    let money = |cents: Cents| format!("{} {currency}", cents.format(currency));
     match key.status(now) {
         KeyStatus::Active => {}
         status => {
@@ -120,7 +118,7 @@ pub async fn request(
             money(to_cap),
             money(ceiling),
             rules.ceiling_pct,
-            money(Cents(key.expected_total_cents))
+            money(key.expected_total_cents)
         )));
     }
     if let Some(waiting) = cap_increases::pending_for_key(&mut *tx, key_id).await? {
@@ -183,7 +181,7 @@ pub struct Decided {
 /// decision both ask.
 pub fn decidable(request: &CapIncrease, approver: &Me) -> Result<(), AppError> {
     let id = request.id;
-    match request.state() {
+    match request.state {
         RequestState::Pending => {}
         RequestState::Expired => {
             return Err(AppError::Invalid(format!(
@@ -324,17 +322,17 @@ async fn apply(
         )));
     }
     let granted = cap_increases::granted_cents(&mut *tx, key_id).await?;
-    if granted != request.from_cap_cents {
-        let currency = request.currency();
+    if granted != request.from_cap_cents.0 {
+        let currency = request.currency.clone();
         return Err(AppError::Invalid(format!(
             "{}'s cap changed since the request (from {} to {} {currency}); reject this request and ask again",
             key.label,
-            Cents(request.from_cap_cents).format(&currency),
+            request.from_cap_cents.format(&currency),
             Cents(granted).format(&currency)
         )));
     }
     let additional = request.additional();
-    match request.apply_as() {
+    match request.apply_as {
         ApplyAs::RaiseCap => {
             cap_increases::raise_cap(tx, key_id, additional.0).await?;
             Ok(None)
@@ -344,8 +342,8 @@ async fn apply(
             let label: String = key.label.chars().take(200 - suffix.len()).collect();
             let follow_on = NewVaultKey {
                 label: format!("{label}{suffix}"),
-                billing_period: key.billing_period.parse::<BillingPeriod>()?,
-                currency: Currency::parse(&key.currency)?,
+                billing_period: key.billing_period,
+                currency: key.currency.clone(),
                 expected_total: additional,
                 buffer_bps: 0,
                 cap: additional,
@@ -356,7 +354,7 @@ async fn apply(
                     .collect::<Result<_, _>>()?,
                 expires_at: key.expires_at,
                 alert_thresholds_pct: key.alert_thresholds_pct.clone(),
-                duplicate_policy: key.guard(),
+                duplicate_policy: key.duplicate_policy,
                 stripe_account: key.stripe_account.clone(),
             };
             vault_keys::issue_in(tx, actor, follow_on, Some(key_id))

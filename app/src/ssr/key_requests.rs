@@ -152,7 +152,7 @@ pub async fn issue_or_request(
 /// and someone else asked for it.
 pub fn decidable(request: &KeyRequest, approver: &Me) -> Result<(), AppError> {
     let id = request.id;
-    match request.state() {
+    match request.state {
         RequestState::Pending => {}
         RequestState::Expired => {
             return Err(AppError::Invalid(format!(

@@ -22,10 +22,10 @@ pub async fn adopt(pool: &PgPool, actor: Actor, id: i64) -> Result<Finding, AppE
     let operator = operator_of(actor)?;
     let mut tx = pool.begin().await?;
     let finding = open_finding(&mut tx, id).await?;
-    if finding.kind() != Some(FindingKind::Orphaned) {
+    if finding.kind != FindingKind::Orphaned {
         return Err(AppError::Invalid(format!(
             "finding #{id} is a {} finding: only orphaned charges are adopted",
-            finding.kind
+            finding.kind.as_str()
         )));
     }
     let charge = finding
@@ -34,7 +34,7 @@ pub async fn adopt(pool: &PgPool, actor: Actor, id: i64) -> Result<Finding, AppE
         .ok_or_else(|| AppError::Invalid(format!("finding #{id} names no charge")))?;
     let written = findings::adopt_charge(
         &mut tx,
-        &finding.billing_period,
+        finding.billing_period,
         &finding.customer_id,
         charge,
     )

@@ -15,7 +15,7 @@ use super::{
 use crate::{
     domain::{
         group_thousands, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern,
-        FieldErrors, KeyDraft, Suggestion, MAX_CENTS,
+        FieldErrors, KeyDraft, ParseError, Suggestion, MAX_CENTS,
     },
     error::AppError,
 };
@@ -68,15 +68,15 @@ impl NewVaultKey {
             secret_hash: &secret.hash,
             secret_prefix: &secret.prefix,
             label: self.label.trim(),
-            billing_period: self.billing_period.to_string(),
-            currency: self.currency.as_str(),
-            expected_total_cents: self.expected_total.0,
+            billing_period: self.billing_period,
+            currency: &self.currency,
+            expected_total_cents: self.expected_total,
             buffer_bps: self.buffer_bps as i32,
-            cap_cents: self.cap.0,
+            cap_cents: self.cap,
             allowed_endpoints: endpoints,
             expires_at: self.expires_at,
             alert_thresholds_pct: &self.alert_thresholds_pct,
-            duplicate_policy: self.duplicate_policy.as_str(),
+            duplicate_policy: self.duplicate_policy,
             stripe_account: self.stripe_account.as_deref(),
             created_by,
             created_by_token,
@@ -89,36 +89,218 @@ impl NewVaultKey {
 pub const DEFAULT_THRESHOLDS_PCT: [i16; 1] = [90];
 
 impl NewVaultKey {
-    /// Checks what the parts cannot check alone.
+    /// Holds the key to the rules, whoever built it: the first problem.
     pub fn validate(&self, now: DateTime<Utc>) -> Result<(), AppError> {
-        let label_len = self.label.trim().chars().count();
-        if label_len == 0 || label_len > 200 {
-            return Err(AppError::Invalid(
-                "label must have between 1 and 200 characters".into(),
+        let problem = [
+            rules::label(&self.label).err(),
+            rules::expiry(self.expires_at, now).err(),
+            rules::endpoints(&self.allowed_endpoints).err(),
+            rules::buffer(self.buffer_bps).err(),
+            rules::cap(self.cap).err(),
+            rules::thresholds(&self.alert_thresholds_pct).err(),
+            rules::stripe_account(self.stripe_account.as_deref()).err(),
+        ]
+        .into_iter()
+        .flatten()
+        .next();
+        problem.map_or(Ok(()), |message| Err(AppError::Invalid(message)))
+    }
+}
+
+/// A new key's fields as one way in (the key API's JSON, the console's
+/// form) has read them: each decoded, or why not. [`KeyFields::check`]
+/// applies the one set of rules to them, whichever way they came.
+#[derive(Debug)]
+pub struct KeyFields {
+    pub label: String,
+    pub billing_period: Result<BillingPeriod, String>,
+    pub currency: Result<Currency, String>,
+    pub expected_total: Result<Cents, String>,
+    pub buffer_bps: Result<u32, String>,
+    /// A cap given outright; none: the expected total plus the buffer.
+    pub cap: Option<Cents>,
+    /// Each endpoint given, read as a pattern or not.
+    pub endpoints: Vec<Result<EndpointPattern, String>>,
+    pub expires_at: Result<DateTime<Utc>, String>,
+    pub thresholds: Result<Vec<i16>, String>,
+    pub duplicate_policy: Result<DuplicatePolicy, String>,
+    pub stripe_account: Option<String>,
+}
+
+impl KeyFields {
+    /// The key, or every field's problem at once, named as the console's
+    /// form names its fields.
+    pub fn check(self, now: DateTime<Utc>) -> Result<NewVaultKey, FieldErrors> {
+        let mut errors = FieldErrors::new();
+        let mut take = |field: &str, result: Result<(), String>| {
+            if let Err(message) = result {
+                errors.push((field.to_owned(), message));
+            }
+        };
+        take("period", fault(&self.billing_period));
+        take("currency", fault(&self.currency));
+        let buffer_bps = self
+            .buffer_bps
+            .and_then(|bps| rules::buffer(bps).map(|()| bps));
+        take("buffer_pct", fault(&buffer_bps));
+        // An amount is read in its currency: without one, only the currency
+        // is said to be wrong.
+        let currency_known = self.currency.is_ok();
+        let amounts = self.expected_total.and_then(|expected| {
+            let cap = match self.cap {
+                Some(cap) => cap,
+                // A buffer that is not right is said on its own field.
+                None => expected
+                    .with_buffer(*buffer_bps.as_ref().unwrap_or(&0))
+                    .map_err(|err| err.0)?,
+            };
+            rules::cap(cap)?;
+            Ok((expected, cap))
+        });
+        if currency_known {
+            take("expected_total", fault(&amounts));
+        }
+
+        let mut endpoints = Vec::new();
+        for endpoint in self.endpoints {
+            match endpoint {
+                Ok(pattern) => endpoints.push(pattern),
+                Err(message) => take("custom_endpoints", Err(message)),
+            }
+        }
+        take("endpoints", rules::endpoints(&endpoints));
+        let expires_at = self
+            .expires_at
+            .and_then(|at| rules::expiry(at, now).map(|()| at));
+        take("expires_at", fault(&expires_at));
+        take("label", rules::label(&self.label));
+        let thresholds = self
+            .thresholds
+            .and_then(|pcts| rules::thresholds(&pcts).map(|()| pcts));
+        take("thresholds", fault(&thresholds));
+        take("duplicate_policy", fault(&self.duplicate_policy));
+        take(
+            "stripe_account",
+            rules::stripe_account(self.stripe_account.as_deref()),
+        );
+
+        match (
+            self.billing_period,
+            self.currency,
+            buffer_bps,
+            amounts,
+            expires_at,
+            thresholds,
+            self.duplicate_policy,
+        ) {
+            (
+                Ok(billing_period),
+                Ok(currency),
+                Ok(buffer_bps),
+                Ok((expected_total, cap)),
+                Ok(expires_at),
+                Ok(alert_thresholds_pct),
+                Ok(duplicate_policy),
+            ) if errors.is_empty() => Ok(NewVaultKey {
+                label: self.label.trim().to_owned(),
+                billing_period,
+                currency,
+                expected_total,
+                buffer_bps,
+                cap,
+                allowed_endpoints: endpoints,
+                expires_at,
+                alert_thresholds_pct,
+                duplicate_policy,
+                stripe_account: self.stripe_account,
+            }),
+            _ => Err(errors),
+        }
+    }
+}
+
+/// A field's problem, if any, leaving the field's value where it is.
+fn fault<T>(field: &Result<T, String>) -> Result<(), String> {
+    field.as_ref().map(drop).map_err(Clone::clone)
+}
+
+/// The rules a new key is held to, each about one field.
+mod rules {
+    use chrono::{DateTime, Duration, Utc};
+
+    use crate::domain::{Cents, EndpointPattern, MAX_CENTS};
+
+    pub fn label(label: &str) -> Result<(), String> {
+        match label.trim().chars().count() {
+            1..=200 => Ok(()),
+            _ => Err("the label must have 1 to 200 characters".into()),
+        }
+    }
+
+    /// In the future, and within a year: a key outliving its billing run
+    /// by years is a key nobody remembers to revoke.
+    pub fn expiry(at: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), String> {
+        if at <= now {
+            Err(format!(
+                "expires_at {} is not in the future: the expiry must be in the future",
+                at.to_rfc3339()
+            ))
+        } else if at > now + Duration::days(366) {
+            Err(format!(
+                "expires_at {} is more than a year away: the expiry must be within a year",
+                at.to_rfc3339()
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn endpoints(endpoints: &[EndpointPattern]) -> Result<(), String> {
+        if endpoints.is_empty() {
+            return Err("choose at least one endpoint".into());
+        }
+        Ok(())
+    }
+
+    /// 0 to 100 % over the expected total.
+    pub fn buffer(bps: u32) -> Result<(), String> {
+        if bps > 10_000 {
+            return Err(format!(
+                "a buffer of {} % is not one from 0 to 100 %",
+                f64::from(bps) / 100.0
             ));
         }
-        if self.expires_at <= now {
-            return Err(AppError::Invalid(format!(
-                "expires_at {} is not in the future",
-                self.expires_at.to_rfc3339()
-            )));
+        Ok(())
+    }
+
+    pub fn cap(cap: Cents) -> Result<(), String> {
+        if cap.0 <= 0 {
+            return Err("the cap works out to zero: a key must be able to move some money".into());
         }
-        if self.allowed_endpoints.is_empty() {
-            return Err(AppError::Invalid(
-                "allowed_endpoints must name at least one endpoint".into(),
-            ));
+        if cap.0 > MAX_CENTS {
+            return Err(format!("the cap of {} cents is out of range", cap.0));
         }
-        if self.cap.0 <= 0 {
-            return Err(AppError::Invalid("the cap must be positive".into()));
+        Ok(())
+    }
+
+    pub fn thresholds(pcts: &[i16]) -> Result<(), String> {
+        if pcts.is_empty() || pcts.iter().any(|pct| !(1..=100).contains(pct)) {
+            return Err("alert thresholds must be percentages from 1 to 100".into());
         }
-        if self.alert_thresholds_pct.is_empty()
-            || self
-                .alert_thresholds_pct
-                .iter()
-                .any(|t| !(1..=100).contains(t))
-        {
-            return Err(AppError::Invalid(
-                "alert thresholds must be percentages from 1 to 100".into(),
+        Ok(())
+    }
+
+    /// `acct_` and 1 to 250 letters or digits, as Stripe's account ids are.
+    pub fn stripe_account(account: Option<&str>) -> Result<(), String> {
+        let Some(account) = account else {
+            return Ok(());
+        };
+        let plain = account.strip_prefix("acct_").is_some_and(|rest| {
+            (1..=250).contains(&rest.len()) && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+        });
+        if !plain {
+            return Err(format!(
+                "stripe_account {account:?} is not a connected account id (acct_ and letters or digits)"
             ));
         }
         Ok(())
@@ -233,52 +415,11 @@ pub async fn set_duplicate_policy(
 /// Reads the console's new-key form, reporting every field's problem at
 /// once (field name, message).
 pub fn parse_draft(draft: &KeyDraft, now: DateTime<Utc>) -> Result<NewVaultKey, FieldErrors> {
-    let mut errors = FieldErrors::new();
-    let mut check = |field: &str, result: Result<(), String>| {
-        if let Err(message) = result {
-            errors.push((field.to_owned(), message));
-        }
-    };
-
-    let period = draft
-        .period
-        .trim()
-        .parse::<BillingPeriod>()
-        .map_err(|e| e.0);
-    check("period", period.clone().map(drop));
     let currency = Currency::parse(&draft.currency).map_err(|e| e.0);
-    check("currency", currency.clone().map(drop));
-    let buffer_bps = draft.buffer_bps();
-    check("buffer_pct", buffer_bps.clone().map(drop));
-    let amounts = currency.as_ref().ok().map(|currency| {
-        let expected = Cents::parse_amount(&draft.expected_total, currency).map_err(|e| e.0)?;
-        let cap = expected
-            .with_buffer(*buffer_bps.as_ref().unwrap_or(&0))
-            .map_err(|e| e.0)?;
-        Ok::<_, String>((expected, cap))
-    });
-    if let Some(amounts) = &amounts {
-        check("expected_total", amounts.clone().map(drop));
-    }
-
-    let mut endpoints = Vec::new();
-    for raw in draft
-        .endpoints
-        .iter()
-        .map(String::as_str)
-        .chain(draft.custom_endpoints.lines())
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-    {
-        match EndpointPattern::parse(raw) {
-            Ok(pattern) => endpoints.push(pattern),
-            Err(err) => check("custom_endpoints", Err(err.0)),
-        }
-    }
-    if endpoints.is_empty() {
-        check("endpoints", Err("choose at least one endpoint".into()));
-    }
-
+    let expected_total = match &currency {
+        Ok(currency) => Cents::parse_amount(&draft.expected_total, currency).map_err(|e| e.0),
+        Err(_) => Err("no currency to read it in".into()),
+    };
     let expires_at =
         chrono::NaiveDateTime::parse_from_str(draft.expires_at.trim(), "%Y-%m-%dT%H:%M")
             .map(|at| at.and_utc())
@@ -287,71 +428,34 @@ pub fn parse_draft(draft: &KeyDraft, now: DateTime<Utc>) -> Result<NewVaultKey, 
                     "{:?} is not a date and time (YYYY-MM-DD HH:MM, UTC)",
                     draft.expires_at.trim()
                 )
-            })
-            .and_then(|at| {
-                if at <= now {
-                    Err("the expiry must be in the future".into())
-                } else if at > now + chrono::Duration::days(366) {
-                    Err("the expiry must be within a year".into())
-                } else {
-                    Ok(at)
-                }
             });
-    check("expires_at", expires_at.clone().map(drop));
-
-    let label = draft.label.trim().to_owned();
-    let label_len = label.chars().count();
-    check(
-        "label",
-        if label_len == 0 || label_len > 200 {
-            Err("the label needs 1 to 200 characters".into())
-        } else {
-            Ok(())
-        },
-    );
-
-    let thresholds = parse_thresholds(&draft.thresholds);
-    check("thresholds", thresholds.clone().map(drop));
-
-    // An old form without the field gets the default.
-    let duplicate_policy = match draft.duplicate_policy.trim() {
-        "" => Ok(DuplicatePolicy::default()),
-        raw => DuplicatePolicy::parse(raw).map_err(|err| err.0),
-    };
-    check("duplicate_policy", duplicate_policy.clone().map(drop));
-
-    match (
-        period,
+    let endpoints = draft
+        .endpoints
+        .iter()
+        .map(String::as_str)
+        .chain(draft.custom_endpoints.lines())
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(|raw| EndpointPattern::parse(raw).map_err(|err| err.0))
+        .collect();
+    let fields = KeyFields {
+        label: draft.label.clone(),
+        billing_period: draft.period.trim().parse().map_err(|e: ParseError| e.0),
         currency,
-        buffer_bps,
-        amounts,
+        expected_total,
+        buffer_bps: draft.buffer_bps(),
+        cap: None,
+        endpoints,
         expires_at,
-        thresholds,
-        duplicate_policy,
-    ) {
-        (
-            Ok(billing_period),
-            Ok(currency),
-            Ok(buffer_bps),
-            Some(Ok((expected_total, cap))),
-            Ok(expires_at),
-            Ok(alert_thresholds_pct),
-            Ok(duplicate_policy),
-        ) if errors.is_empty() => Ok(NewVaultKey {
-            label,
-            billing_period,
-            currency,
-            expected_total,
-            buffer_bps,
-            cap,
-            allowed_endpoints: endpoints,
-            expires_at,
-            alert_thresholds_pct,
-            duplicate_policy,
-            stripe_account: None,
-        }),
-        _ => Err(errors),
-    }
+        thresholds: parse_thresholds(&draft.thresholds),
+        // An old form without the field gets the default.
+        duplicate_policy: match draft.duplicate_policy.trim() {
+            "" => Ok(DuplicatePolicy::default()),
+            raw => DuplicatePolicy::parse(raw).map_err(|err| err.0),
+        },
+        stripe_account: None,
+    };
+    fields.check(now)
 }
 
 /// `75, 90` → [75, 90]: percentages from 1 to 100, each once.

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::{ApiError, ApiErrorBody, ApiRoutes, ApiToken};
 use app::{
-    domain::ApiScope,
+    domain::{ApiScope, Cents, Currency},
     ssr::{
         data::alerts::{self, Alert, AlertChangeError, AlertState},
         AppState,
@@ -156,14 +156,18 @@ pub struct AlertView {
     /// What happened, in a sentence.
     message: String,
     /// The key's currency; the amounts below are in its minor units.
-    currency: String,
+    #[schema(value_type = String)]
+    currency: Currency,
     /// Spent + reserved when raised (cap refusals: at the latest refusal;
     /// expiring: spent).
-    committed_cents: i64,
-    cap_cents: i64,
+    #[schema(value_type = i64)]
+    committed_cents: Cents,
+    #[schema(value_type = i64)]
+    cap_cents: Cents,
     /// The refused charge (cap refusals) or the expected billing left
     /// unspent (expiring).
-    amount_cents: Option<i64>,
+    #[schema(value_type = Option<i64>)]
+    amount_cents: Option<Cents>,
     /// Cap refusals after the first are counted here.
     occurrences: i32,
     /// `open`, `acknowledged` or `snoozed`.

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
-    domain::{ApiScope, ApplyAs, CapIncrease, Cents, MAX_CENTS},
+    domain::{ApiScope, ApplyAs, CapIncrease, Cents, Currency, RequestState, MAX_CENTS},
     error::AppError,
     ssr::{
         cap_increases::{self, Ask, Target},
@@ -77,13 +77,19 @@ impl CreateRequest {
 pub struct RequestView {
     id: i64,
     vault_key_id: i64,
-    currency: String,
-    from_cap_cents: i64,
-    to_cap_cents: i64,
-    apply_as: String,
+    #[schema(value_type = String)]
+    currency: Currency,
+    #[schema(value_type = i64)]
+    from_cap_cents: Cents,
+    #[schema(value_type = i64)]
+    to_cap_cents: Cents,
+    /// `raise_cap` or `follow_on_key`.
+    #[schema(value_type = String)]
+    apply_as: ApplyAs,
     reason: String,
     /// `pending`, `approved`, `rejected` or `expired`.
-    state: String,
+    #[schema(value_type = String)]
+    state: RequestState,
     requested_at: DateTime<Utc>,
     requested_by: String,
     expires_at: DateTime<Utc>,

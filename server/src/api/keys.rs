@@ -18,6 +18,7 @@ use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
     domain::{
         ApiScope, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern, KeyRequest,
+        ParseError, RequestState,
     },
     error::AppError,
     ssr::{
@@ -26,7 +27,7 @@ use app::{
             vault_keys::{self as key_rows, VaultKeyRow},
         },
         key_requests::{self, Outcome},
-        vault_keys::{self, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
+        vault_keys::{self, KeyFields, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
         AppState,
     },
 };
@@ -92,6 +93,8 @@ pub struct CreateKey {
 const DEFAULT_BUFFER_BPS: u32 = 1000;
 
 impl CreateKey {
+    /// Reads the JSON's own shapes (the seeds' dollars, RFC 3339 times);
+    /// the rules are the console's, in [`KeyFields::check`].
     fn parse(self, now: DateTime<Utc>) -> Result<NewVaultKey, ApiError> {
         if let Some(vendor) = &self.vendor {
             if vendor != "stripe" {
@@ -100,20 +103,11 @@ impl CreateKey {
                 )));
             }
         }
+        // Its range is a rule, said by the check below.
         let buffer_bps = match self.buffer_pct {
-            None => DEFAULT_BUFFER_BPS,
-            Some(pct) if pct.is_finite() && (0.0..=1000.0).contains(&pct) => {
-                (pct * 100.0).round() as u32
-            }
-            Some(pct) => {
-                return Err(ApiError::invalid(format!(
-                    "buffer_pct {pct} must be between 0 and 1000"
-                )))
-            }
-        };
-        let currency = match &self.currency {
-            Some(code) => Currency::parse(code)?,
-            None => Currency::usd(),
+            None => Ok(DEFAULT_BUFFER_BPS),
+            Some(pct) if pct.is_finite() && pct >= 0.0 => Ok((pct * 100.0).round() as u32),
+            Some(pct) => Err(format!("buffer_pct {pct} is not a percentage")),
         };
         let (expected_total, cap) =
             match (
@@ -127,26 +121,17 @@ impl CreateKey {
                     // gives the cap back (rounding down would leave the cap a
                     // cent above expected × 1.10, beyond the key policy).
                     let cap = Cents::from_dollars(dollars)?;
-                    let divisor = 10_000 + i128::from(buffer_bps);
+                    let divisor = 10_000 + i128::from(*buffer_bps.as_ref().unwrap_or(&0));
                     let expected = (i128::from(cap.0) * 10_000 + divisor - 1) / divisor;
-                    (Cents(expected as i64), cap)
+                    (Ok(Cents(expected as i64)), Some(cap))
                 }
                 (None, Some(expected), cap) => {
-                    if !(0..=app::domain::MAX_CENTS).contains(&expected) {
-                        return Err(ApiError::invalid(format!(
-                            "expected_total_cents {expected} is out of range"
-                        )));
-                    }
-                    let cap = match cap {
-                        Some(cap) if cap > 0 && cap <= app::domain::MAX_CENTS => Cents(cap),
-                        Some(cap) => {
-                            return Err(ApiError::invalid(format!(
-                                "cap_cents {cap} must be a positive number of cents"
-                            )))
-                        }
-                        None => Cents(expected).with_buffer(buffer_bps)?,
+                    let expected = if (0..=app::domain::MAX_CENTS).contains(&expected) {
+                        Ok(Cents(expected))
+                    } else {
+                        Err(format!("expected_total_cents {expected} is out of range"))
                     };
-                    (Cents(expected), cap)
+                    (expected, cap.map(Cents))
                 }
                 (None, None, _) => return Err(ApiError::invalid(
                     "give the cap as daily_usd_cap, or the expected total as expected_total_cents",
@@ -157,62 +142,48 @@ impl CreateKey {
                     ))
                 }
             };
-        if cap.0 == 0 {
-            return Err(ApiError::invalid(
-                "the cap works out to zero: a key must be able to move some money",
-            ));
-        }
         let expires_at = DateTime::parse_from_rfc3339(self.expires_at.trim())
+            .map(|at| at.with_timezone(&Utc))
             .map_err(|err| {
-                ApiError::invalid(format!(
+                format!(
                     "expires_at {:?} is not an RFC 3339 time: {err}",
                     self.expires_at
-                ))
-            })?
-            .with_timezone(&Utc);
+                )
+            });
         let billing_period = match &self.billing_period {
-            Some(period) => period.parse()?,
-            None => period_in_label(&self.label).unwrap_or_else(|| BillingPeriod::containing(now)),
+            Some(period) => period.parse().map_err(|err: ParseError| err.0),
+            None => {
+                Ok(period_in_label(&self.label).unwrap_or_else(|| BillingPeriod::containing(now)))
+            }
         };
-        let allowed_endpoints = self
-            .allowed_endpoints
-            .iter()
-            .map(|raw| EndpointPattern::parse(raw))
-            .collect::<Result<Vec<_>, _>>()?;
-        let key = NewVaultKey {
+        let fields = KeyFields {
             label: self.label,
             billing_period,
-            currency,
+            currency: match &self.currency {
+                Some(code) => Currency::parse(code).map_err(|err| err.0),
+                None => Ok(Currency::usd()),
+            },
             expected_total,
             buffer_bps,
             cap,
-            allowed_endpoints,
+            endpoints: self
+                .allowed_endpoints
+                .iter()
+                .map(|raw| EndpointPattern::parse(raw).map_err(|err| err.0))
+                .collect(),
             expires_at,
-            alert_thresholds_pct: DEFAULT_THRESHOLDS_PCT.to_vec(),
+            thresholds: Ok(DEFAULT_THRESHOLDS_PCT.to_vec()),
             duplicate_policy: match &self.duplicate_policy {
-                Some(raw) => DuplicatePolicy::parse(raw)?,
-                None => DuplicatePolicy::default(),
+                Some(raw) => DuplicatePolicy::parse(raw).map_err(|err| err.0),
+                None => Ok(DuplicatePolicy::default()),
             },
-            stripe_account: match self.stripe_account {
-                Some(account) if is_account_id(&account) => Some(account),
-                Some(account) => {
-                    return Err(ApiError::invalid(format!(
-                        "stripe_account {account:?} is not a connected account id (acct_ and letters or digits)"
-                    )))
-                }
-                None => None,
-            },
+            stripe_account: self.stripe_account,
         };
-        key.validate(now)?;
-        Ok(key)
+        fields.check(now).map_err(|errors| {
+            let messages: Vec<String> = errors.into_iter().map(|(_, message)| message).collect();
+            ApiError::invalid(messages.join("; "))
+        })
     }
-}
-
-/// `acct_` and 1 to 250 letters or digits, as Stripe's account ids are.
-fn is_account_id(raw: &str) -> bool {
-    raw.strip_prefix("acct_").is_some_and(|rest| {
-        (1..=250).contains(&rest.len()) && rest.bytes().all(|b| b.is_ascii_alphanumeric())
-    })
 }
 
 /// `billing-run-2026-07` names its period: the seeds' jobs put it there.
@@ -228,18 +199,27 @@ pub struct KeyView {
     vendor: &'static str,
     label: String,
     prefix: String,
-    billing_period: String,
-    currency: String,
-    expected_total_cents: i64,
+    /// `YYYY-MM`.
+    #[schema(value_type = String)]
+    billing_period: BillingPeriod,
+    /// Lower-case, as Stripe writes it.
+    #[schema(value_type = String)]
+    currency: Currency,
+    #[schema(value_type = i64)]
+    expected_total_cents: Cents,
     buffer_pct: f64,
-    cap_cents: i64,
-    spent_cents: i64,
-    reserved_cents: i64,
+    #[schema(value_type = i64)]
+    cap_cents: Cents,
+    #[schema(value_type = i64)]
+    spent_cents: Cents,
+    #[schema(value_type = i64)]
+    reserved_cents: Cents,
     utilization_pct: i64,
     allowed_endpoints: Vec<String>,
     expires_at: DateTime<Utc>,
     /// `flag`, `block` or `off`.
-    duplicate_policy: String,
+    #[schema(value_type = String)]
+    duplicate_policy: DuplicatePolicy,
     /// The connected account every call must name, if any.
     stripe_account: Option<String>,
     status: &'static str,
@@ -254,8 +234,8 @@ impl From<VaultKeyRow> for KeyView {
         Self {
             id: row.id,
             vendor: "stripe",
-            utilization_pct: Cents(row.spent_cents + row.reserved_cents)
-                .percent_of(Cents(row.cap_cents)),
+            utilization_pct: Cents(row.spent_cents.0 + row.reserved_cents.0)
+                .percent_of(row.cap_cents),
             label: row.label,
             prefix: row.secret_prefix,
             billing_period: row.billing_period,
@@ -336,16 +316,22 @@ pub struct RequestedKey {
 pub struct KeyRequestView {
     id: i64,
     label: String,
-    billing_period: String,
-    currency: String,
-    expected_total_cents: i64,
-    cap_cents: i64,
+    #[schema(value_type = String)]
+    billing_period: BillingPeriod,
+    #[schema(value_type = String)]
+    currency: Currency,
+    #[schema(value_type = i64)]
+    expected_total_cents: Cents,
+    #[schema(value_type = i64)]
+    cap_cents: Cents,
     /// The most policy would have issued without an approver.
-    policy_cap_cents: i64,
+    #[schema(value_type = i64)]
+    policy_cap_cents: Cents,
     /// Why it needs an approver.
     over_policy: String,
     /// `pending`, `approved`, `rejected` or `expired`.
-    state: String,
+    #[schema(value_type = String)]
+    state: RequestState,
     requested_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
     decided_at: Option<DateTime<Utc>>,

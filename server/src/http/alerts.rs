@@ -3,21 +3,18 @@
 use axum::{
     extract::{rejection::FormRejection, Path, State},
     response::Response,
-    Extension, Form,
+    Form,
 };
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::{
-    client_ip::ClientIp,
-    forms::{readable, Failure, Page},
-};
+use super::forms::{readable, Failure, Page};
+use super::guard::Operator;
 use app::{
-    domain::{Me, Notice, Role},
+    domain::{Notice, Role},
     error::AppError,
     ssr::{
         data::{
-            actions::Actor,
             alerts::{self, AlertChangeError},
             operators,
         },
@@ -60,8 +57,7 @@ impl From<AlertChangeError> for Failure {
 
 pub async fn acknowledge(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<AckForm>, FormRejection>,
@@ -74,7 +70,6 @@ pub async fn acknowledge(
                 AppError::Invalid("the note is longer than 2,000 characters".into()).into(),
             );
         }
-        let actor = Actor::Operator { id: me.id, ip };
         let note = (!note.is_empty()).then_some(note);
         let alert = alerts::acknowledge(&state.pool, actor, id, note).await?;
         Ok(Notice::success(format!(
@@ -88,8 +83,7 @@ pub async fn acknowledge(
 
 pub async fn assign(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<AssignForm>, FormRejection>,
@@ -114,7 +108,6 @@ pub async fn assign(
                 Some(operator)
             }
         };
-        let actor = Actor::Operator { id: me.id, ip };
         let alert =
             alerts::assign(&state.pool, actor, id, assignee.as_ref().map(|op| op.id)).await?;
         Ok(Notice::success(match assignee {
@@ -128,8 +121,7 @@ pub async fn assign(
 
 pub async fn snooze(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<SnoozeForm>, FormRejection>,
@@ -147,7 +139,6 @@ pub async fn snooze(
             }
         };
         let until = chrono::Utc::now() + chrono::Duration::hours(hours);
-        let actor = Actor::Operator { id: me.id, ip };
         let alert = alerts::snooze(&state.pool, actor, id, until).await?;
         Ok(Notice::success(format!(
             "Snoozed the alert on {} until {} UTC.",

@@ -4,15 +4,15 @@ use axum::{
     body::Bytes,
     extract::{Path, State},
     response::Response,
-    Extension,
 };
 use tower_sessions::Session;
 
-use super::{client_ip::ClientIp, forms::Page};
+use super::forms::Page;
+use super::guard::Operator;
 use app::{
-    domain::{parse_token_ceiling, parse_token_days, ApiScope, Me, Notice},
+    domain::{parse_token_ceiling, parse_token_days, ApiScope, Notice},
     error::AppError,
-    ssr::{data::actions::Actor, tokens, AppState},
+    ssr::{tokens, AppState},
 };
 
 const PAGE: Page = Page {
@@ -24,8 +24,7 @@ const PAGE: Page = Page {
 /// repeated fields are what checkboxes send.
 pub async fn create(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     body: Bytes,
 ) -> Response {
@@ -50,7 +49,6 @@ pub async fn create(
         let scopes = ApiScope::parse_list(&scopes.join(","))?;
         let days = parse_token_days(&days)?;
         let ceiling = parse_token_ceiling(&ceiling)?;
-        let actor = Actor::Operator { id: me.id, ip };
         let created = tokens::create(&state.pool, actor, &name, &scopes, days, ceiling).await?;
         Ok(Notice::success(format!(
             "Created the token \"{}\" with {}, valid {days} days. Copy it now: it is not shown again.",
@@ -65,13 +63,11 @@ pub async fn create(
 
 pub async fn revoke(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
 ) -> Response {
     let outcome = async {
-        let actor = Actor::Operator { id: me.id, ip };
         let name = tokens::revoke(&state.pool, actor, id).await?;
         Ok(Notice::success(format!(
             "Revoked the token \"{name}\": its next call is refused."

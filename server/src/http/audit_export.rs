@@ -22,14 +22,14 @@ use futures::TryStreamExt;
 use sqlx::{pool::PoolConnection, PgPool, Postgres};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
+use super::guard::Operator;
 use super::{
     busy::{Busy, HeavyWork},
-    client_ip::ClientIp,
     error::HttpError,
 };
 use crate::api::{ApiError, ApiToken};
 use app::{
-    domain::{AuditFilter, AuditQuery, Me},
+    domain::{AuditFilter, AuditQuery},
     error::AppError,
     ssr::{
         audit_csv,
@@ -49,8 +49,7 @@ const CHUNKS_IN_FLIGHT: usize = 16;
 pub async fn console(
     State(state): State<AppState>,
     Extension(heavy): Extension<HeavyWork>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     RawQuery(raw): RawQuery,
 ) -> Response {
     let query = read_query(raw.as_deref());
@@ -61,15 +60,9 @@ pub async fn console(
         }
     };
     match query.parse() {
-        Ok(filter) => export(
-            slot,
-            &state.pool,
-            query,
-            filter,
-            Actor::Operator { id: me.id, ip },
-        )
-        .await
-        .unwrap_or_else(|err| HttpError::from(err).into_response()),
+        Ok(filter) => export(slot, &state.pool, query, filter, actor)
+            .await
+            .unwrap_or_else(|err| HttpError::from(err).into_response()),
         Err(err) => HttpError::from(AppError::from(err)).into_response(),
     }
 }
@@ -96,30 +89,9 @@ pub async fn api(
         .unwrap_or_else(|err| ApiError::from(err).into_response())
 }
 
-/// The query string's filters (unknown parameters are ignored, as on the
-/// page; a parameter given twice keeps its last value).
+/// The query string's filters, read as the page reads them.
 fn read_query(raw: Option<&str>) -> AuditQuery {
-    let mut query = AuditQuery::default();
-    for (name, value) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
-        let slot = match name.as_ref() {
-            "from" => &mut query.from,
-            "to" => &mut query.to,
-            "key" => &mut query.key,
-            "period" => &mut query.period,
-            "customer" => &mut query.customer,
-            "customer_id" => &mut query.customer_id,
-            "endpoint" => &mut query.endpoint,
-            "decision" => &mut query.decision,
-            "status" => &mut query.status,
-            "min_amount" => &mut query.min_amount,
-            "max_amount" => &mut query.max_amount,
-            "idempotency_key" => &mut query.idempotency_key,
-            "object" => &mut query.object,
-            _ => continue,
-        };
-        *slot = Some(value.into_owned());
-    }
-    query
+    AuditQuery::from_pairs(form_urlencoded::parse(raw.unwrap_or("").as_bytes())).filters_only()
 }
 
 /// Streams the export; `slot` is held until it ends.

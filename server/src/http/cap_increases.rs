@@ -6,28 +6,25 @@
 use axum::{
     extract::{rejection::FormRejection, Path, State},
     response::Response,
-    Extension, Form,
+    Form,
 };
 use tower_sessions::Session;
 
-use super::{
-    client_ip::ClientIp,
-    forms::{readable, redirect_with, Failure, Page},
-};
+use super::forms::{readable, redirect_with, Failure, Page};
+use super::guard::Operator;
 use app::{
-    domain::{ApplyAs, CapIncreaseDraft, Cents, Currency, Me, Notice},
+    domain::{ApplyAs, CapIncreaseDraft, Cents, Notice},
     error::AppError,
     ssr::{
         cap_increases::{self, Ask, Target, Verdict},
-        data::{actions::Actor, vault_keys},
+        data::vault_keys,
         flash, key_requests, AppState,
     },
 };
 
 pub async fn request(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(key): Path<i64>,
     form: Result<Form<CapIncreaseDraft>, FormRejection>,
@@ -44,8 +41,7 @@ pub async fn request(
         let row = vault_keys::find(&state.pool, key)
             .await?
             .ok_or(AppError::NotFound)?;
-        let currency = Currency::parse(&row.currency)?;
-        let new_cap = Cents::parse_amount(&draft.new_cap, &currency)
+        let new_cap = Cents::parse_amount(&draft.new_cap, &row.currency)
             .map_err(|err| AppError::Invalid(format!("the new cap: {}", err.0)))?;
         let ask = Ask {
             target: Target::Cap(new_cap),
@@ -53,7 +49,6 @@ pub async fn request(
             reason: draft.reason.clone(),
             origin: origin(&draft.origin),
         };
-        let actor = Actor::Operator { id: me.id, ip };
         let filed =
             cap_increases::request(&state.pool, &state.cap_increases, actor, key, ask).await?;
         Ok::<_, Failure>(Notice::success(format!(
@@ -149,8 +144,7 @@ impl DecideForm {
 /// An approver's decision on a key asked for beyond policy.
 pub async fn decide_key(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { me, ip, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<DecideForm>, FormRejection>,
@@ -160,12 +154,12 @@ pub async fn decide_key(
         let verdict = form.confirmed_verdict(&format!("key request #{id}"))?;
         let request =
             key_requests::decide(&state.pool, &me, ip, id, verdict, &form.note).await?;
-        let currency = request.currency();
+        let currency = request.currency.clone();
         Ok(match verdict {
             Verdict::Approve => Notice::success(format!(
                 "Approved key request #{id}: {} is issued with a cap of {} {currency}; the requester's key works from now on.",
                 request.label,
-                request.cap().format(&currency),
+                request.cap_cents.format(&currency),
             )),
             Verdict::Reject => Notice::success(format!(
                 "Rejected key request #{id}: {} is not issued and its key never works.",
@@ -179,8 +173,7 @@ pub async fn decide_key(
 
 pub async fn decide(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { me, ip, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<DecideForm>, FormRejection>,
@@ -199,14 +192,14 @@ pub async fn decide(
             (Verdict::Approve, None) => Notice::success(format!(
                 "Approved #{id}: {} now has a cap of {} {}; the proxy applies it from the next call.",
                 request.key_label,
-                Cents(request.key_cap_cents).format(&request.currency()),
-                request.currency()
+                request.key_cap_cents.format(&request.currency),
+                request.currency.clone()
             )),
             (Verdict::Approve, Some((secret, key))) => Notice::success(format!(
                 "Approved #{id}: issued {} with a cap of {} {}. Give the billing job this key:",
                 key.label,
-                Cents(key.cap_cents).format(&request.currency()),
-                request.currency()
+                key.cap_cents.format(&request.currency),
+                request.currency.clone()
             ))
             .with_secret(secret),
         };

@@ -8,18 +8,18 @@ use axum::{
     extract::{Query, State},
     http::{header, StatusCode},
     response::{IntoResponse, Response},
-    Extension,
 };
 use serde::Deserialize;
 
-use super::{client_ip::ClientIp, error::HttpError};
+use super::error::HttpError;
+use super::guard::Operator;
 use app::{
-    domain::{Cents, FindingFilter, Me},
+    domain::FindingFilter,
     error::AppError,
     ssr::{
         audit_csv::neutralise,
         data::{
-            actions::{self, Actor},
+            actions::{self},
             findings,
         },
         AppState,
@@ -57,8 +57,7 @@ pub struct ExportQuery {
 
 pub async fn export(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     Query(query): Query<ExportQuery>,
 ) -> Response {
     let outcome = async {
@@ -82,19 +81,18 @@ pub async fn export(
         };
         write(&mut csv, &HEADER.map(String::from))?;
         for f in &rows {
-            let currency = f.currency();
             write(
                 &mut csv,
                 &[
                     f.id.to_string(),
-                    f.kind.clone(),
-                    f.billing_period.clone(),
+                    f.kind.as_str().to_owned(),
+                    f.billing_period.to_string(),
                     neutralise(&f.customer_id),
                     neutralise(&f.charge_ids.join(" ")),
                     neutralise(f.keeper_charge_id.as_deref().unwrap_or_default()),
-                    f.amount_at_risk_cents.to_string(),
-                    Cents(f.amount_at_risk_cents).decimal(&currency),
-                    f.currency.clone(),
+                    f.at_risk.0.to_string(),
+                    f.at_risk.decimal(&f.currency),
+                    f.currency.as_str().to_owned(),
                     neutralise(&f.explanation),
                     time(f.detected_at),
                     f.resolution.clone().unwrap_or_default(),
@@ -107,7 +105,7 @@ pub async fn export(
         let body = csv.into_inner().map_err(|_| AppError::Internal)?;
         actions::record(
             &state.pool,
-            Actor::Operator { id: me.id, ip },
+            actor,
             "export_findings_csv",
             "billing_period",
             Some(period.clone()),

@@ -4,8 +4,9 @@
 //! access tests.
 
 use axum::{
-    extract::{Request, State},
+    extract::{FromRequestParts, Request, State},
     handler::Handler,
+    http::request::Parts,
     http::Method,
     middleware::{self, Next},
     response::{IntoResponse, Response},
@@ -92,6 +93,33 @@ impl ConsoleRoutes {
 
 fn filter(method: &Method) -> MethodFilter {
     MethodFilter::try_from(method.clone()).expect("the console uses standard methods only")
+}
+
+/// The signed-in operator a guarded route was let through for, and the
+/// actor the action log names for what they do (who, from where).
+pub struct Operator {
+    pub me: Me,
+    pub actor: Actor,
+    /// The client's address (see [`ClientIp`]).
+    pub ip: Option<std::net::IpAddr>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Operator {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let me = parts
+            .extensions
+            .get::<Me>()
+            .cloned()
+            .ok_or_else(|| HttpError::from(AppError::Unauthenticated))?;
+        let Ok(ClientIp(ip)) = ClientIp::from_request_parts(parts, state).await;
+        Ok(Self {
+            actor: Actor::Operator { id: me.id, ip },
+            me,
+            ip,
+        })
+    }
 }
 
 /// Lets the request through when the signed-in operator's role allows

@@ -28,7 +28,13 @@ use axum::{
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use sqlx::PgPool;
 use time::Duration;
-use tower_http::{compression::CompressionLayer, services::ServeDir};
+use tower::ServiceBuilder;
+use tower_http::{
+    compression::CompressionLayer,
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    services::ServeDir,
+    trace::TraceLayer,
+};
 use tower_sessions::{cookie::SameSite, Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
@@ -128,8 +134,27 @@ pub fn router_tracking(
             security::browser_headers,
         ))
         .layer(axum::Extension(trusted_proxies))
+        // Each console and API request runs in a span named by its request
+        // id, which the response carries as `x-request-id`: what it logs
+        // and every database call it makes can be followed by that id.
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                .layer(PropagateRequestIdLayer::x_request_id()),
+        )
         // Stripe's answers pass through as they came: no compression layer.
+        // Each proxied call has its own span, named by its audit row's id.
         .merge(proxy)
+}
+
+fn request_span(request: &axum::extract::Request) -> tracing::Span {
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|id| id.to_str().ok())
+        .unwrap_or("-");
+    tracing::info_span!("request", request_id = %id, method = %request.method(), path = request.uri().path())
 }
 
 /// The console's forms and exports, each with the role it needs.

@@ -5,18 +5,16 @@ use axum::{
     extract::{rejection::FormRejection, Path, State},
     http::{header, HeaderMap},
     response::Response,
-    Extension, Form,
+    Form,
 };
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::{
-    client_ip::ClientIp,
-    forms::{readable, Page},
-};
+use super::forms::{readable, Page};
+use super::guard::Operator;
 use app::{
-    domain::{Email, Me, Notice, Role},
-    ssr::{accounts, data::actions::Actor, AppState},
+    domain::{Email, Notice, Role},
+    ssr::{accounts, AppState},
 };
 
 const PAGE: Page = Page {
@@ -51,8 +49,7 @@ fn origin(headers: &HeaderMap, secure: bool) -> String {
 
 pub async fn add(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     headers: HeaderMap,
     session: Session,
     form: Result<Form<AddForm>, FormRejection>,
@@ -61,7 +58,6 @@ pub async fn add(
         let form = readable(form)?;
         let email = Email::parse(&form.email)?;
         let role: Role = form.role.parse()?;
-        let actor = Actor::Operator { id: me.id, ip };
         let (operator, token) = accounts::invite_operator(&state.pool, actor, &email, role).await?;
         let link = format!("{}/invite/{token}", origin(&headers, state.auth.secure_cookies));
         Ok(Notice::success(format!(
@@ -78,8 +74,7 @@ pub async fn add(
 
 pub async fn change_role(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<RoleForm>, FormRejection>,
@@ -87,8 +82,7 @@ pub async fn change_role(
     let outcome = async {
         let form = readable(form)?;
         let role: Role = form.role.parse()?;
-        let operator =
-            accounts::change_role(&state.pool, Actor::Operator { id: me.id, ip }, id, role).await?;
+        let operator = accounts::change_role(&state.pool, actor, id, role).await?;
         Ok(Notice::success(format!(
             "{} is now {}.",
             operator.email, operator.role
@@ -100,21 +94,14 @@ pub async fn change_role(
 
 pub async fn set_disabled(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<DisabledForm>, FormRejection>,
 ) -> Response {
     let outcome = async {
         let form = readable(form)?;
-        let operator = accounts::set_disabled(
-            &state.pool,
-            Actor::Operator { id: me.id, ip },
-            id,
-            form.disabled,
-        )
-        .await?;
+        let operator = accounts::set_disabled(&state.pool, actor, id, form.disabled).await?;
         let verb = if form.disabled { "disabled" } else { "enabled" };
         Ok(Notice::success(format!("{} is {verb}.", operator.email)))
     }

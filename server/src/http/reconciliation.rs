@@ -9,15 +9,15 @@ use axum::{
 use serde::Deserialize;
 use tower_sessions::Session;
 
+use super::guard::Operator;
 use super::{
     busy::{Busy, HeavyWork},
-    client_ip::ClientIp,
     forms::{readable, Failure, Page},
 };
 use app::{
     domain::{
         at_risk_by_currency, counted, money_text, BillingPeriod, BulkAction, Finding,
-        FindingFilter, Me, Notice, MAX_BULK,
+        FindingFilter, Notice, MAX_BULK,
     },
     error::AppError,
     ssr::{
@@ -81,30 +81,26 @@ impl FindingForm {
     }
 }
 
-/// The operator behind a form and the form, or the response refusing a
-/// form that cannot be read.
-async fn operator_form<F>(
-    me: Me,
-    ip: Option<std::net::IpAddr>,
+/// The form, or the response refusing a form that cannot be read.
+async fn read_form<F>(
     session: &Session,
     form: Result<Form<F>, FormRejection>,
-) -> Result<(Actor, F), Response> {
+) -> Result<F, Response> {
     match readable(form) {
-        Ok(form) => Ok((Actor::Operator { id: me.id, ip }, form)),
+        Ok(form) => Ok(form),
         Err(failure) => Err(PAGE.back_with(session, Err(failure)).await),
     }
 }
 
 pub async fn adopt(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
-    let (actor, form) = match operator_form(me, ip, &session, form).await {
-        Ok(pair) => pair,
+    let form = match read_form(&session, form).await {
+        Ok(form) => form,
         Err(refused) => return refused,
     };
     let outcome = reconciliation::adopt(&state.pool, actor, id)
@@ -122,14 +118,13 @@ pub async fn adopt(
 
 pub async fn dismiss(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
-    let (actor, form) = match operator_form(me, ip, &session, form).await {
-        Ok(pair) => pair,
+    let form = match read_form(&session, form).await {
+        Ok(form) => form,
         Err(refused) => return refused,
     };
     let outcome = reconciliation::dismiss(&state.pool, actor, id, &form.reason)
@@ -150,13 +145,12 @@ pub async fn sync(
     State(state): State<AppState>,
     Extension(Stripe(client)): Extension<Stripe>,
     Extension(heavy): Extension<HeavyWork>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
-    let (actor, form) = match operator_form(me, ip, &session, form).await {
-        Ok(pair) => pair,
+    let form = match read_form(&session, form).await {
+        Ok(form) => form,
         Err(refused) => return refused,
     };
     let outcome = async {
@@ -214,14 +208,13 @@ pub async fn sync(
 pub async fn refund(
     State(state): State<AppState>,
     Extension(Stripe(client)): Extension<Stripe>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
-    let (actor, form) = match operator_form(me, ip, &session, form).await {
-        Ok(pair) => pair,
+    let form = match read_form(&session, form).await {
+        Ok(form) => form,
         Err(refused) => return refused,
     };
     let outcome = async {
@@ -239,8 +232,8 @@ pub async fn refund(
             if refunded.len() == 1 { "" } else { "s" },
             finding.keeper_charge_id.clone().unwrap_or_default(),
             finding.customer_id,
-            finding.at_risk().format(&finding.currency()),
-            finding.currency()
+            finding.at_risk.format(&finding.currency),
+            finding.currency.clone()
         )))
     }
     .await
@@ -273,13 +266,12 @@ pub struct BulkForm {
 pub async fn bulk(
     State(state): State<AppState>,
     Extension(Stripe(client)): Extension<Stripe>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     form: Result<Form<BulkForm>, FormRejection>,
 ) -> Response {
-    let (actor, form) = match operator_form(me, ip, &session, form).await {
-        Ok(pair) => pair,
+    let form = match read_form(&session, form).await {
+        Ok(form) => form,
         Err(refused) => return refused,
     };
     // Back to the filtered list the preview came from.

@@ -9,10 +9,8 @@ use axum::{
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::{
-    client_ip::ClientIp,
-    forms::{readable, Page},
-};
+use super::forms::{readable, Page};
+use super::guard::Operator;
 use app::{
     domain::{Me, Notice},
     ssr::{second_factor, AppState},
@@ -46,8 +44,7 @@ pub async fn set_up(
 
 pub async fn confirm(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { me, ip, .. }: Operator,
     session: Session,
     form: Result<Form<CodeForm>, FormRejection>,
 ) -> Response {
@@ -67,8 +64,7 @@ pub async fn confirm(
 
 pub async fn turn_off(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { me, ip, .. }: Operator,
     session: Session,
     form: Result<Form<CodeForm>, FormRejection>,
 ) -> Response {

@@ -7,21 +7,20 @@ use axum::{
     body::Bytes,
     extract::{rejection::FormRejection, Multipart, Path, State},
     response::{IntoResponse, Redirect, Response},
-    Extension, Form,
+    Form,
 };
 use serde::Deserialize;
 use tower_sessions::Session;
 
+use super::guard::Operator;
 use super::{
-    client_ip::ClientIp,
     error::HttpError,
     forms::{readable, redirect_with, Failure, Page},
 };
 use app::{
-    domain::{DuplicatePolicy, KeyDraft, Me, Notice},
+    domain::{DuplicatePolicy, KeyDraft, Notice},
     error::AppError,
     ssr::{
-        data::actions::Actor,
         flash,
         key_requests::{self, Outcome},
         vault_keys, AppState,
@@ -30,8 +29,7 @@ use app::{
 
 pub async fn create(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     body: Bytes,
 ) -> Response {
@@ -50,16 +48,14 @@ pub async fn create(
         Ok(key) => key,
         Err(errors) => return back_to_form(&session, &draft, errors, "").await,
     };
-    let actor = Actor::Operator { id: me.id, ip };
     match key_requests::issue_or_request(&state.pool, &state.key_policy, actor, key).await {
         Ok(Outcome::Issued { secret, key: row }) => {
-            let currency = app::domain::Currency::parse(&row.currency)
-                .unwrap_or_else(|_| app::domain::Currency::usd());
+            let currency = &row.currency;
             let notice = Notice::success(format!(
                 "Created {} for {}: cap {} {currency}. Give the billing job this key:",
                 row.label,
                 row.billing_period,
-                app::domain::Cents(row.cap_cents).format(&currency),
+                row.cap_cents.format(currency),
             ))
             .with_secret(secret);
             flash::clear_key_draft(&session).await;
@@ -109,8 +105,7 @@ pub struct RevokeForm {
 
 pub async fn revoke(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<RevokeForm>, FormRejection>,
@@ -123,7 +118,6 @@ pub async fn revoke(
             )
             .into());
         }
-        let actor = Actor::Operator { id: me.id, ip };
         let row = vault_keys::revoke(&state.pool, actor, id, &form.reason).await?;
         Ok(Notice::success(format!(
             "Revoked {}: the proxy refuses it from the next call.",
@@ -144,8 +138,7 @@ pub struct PolicyForm {
 /// Changes a key's duplicate guard (operator role).
 pub async fn set_duplicate_policy(
     State(state): State<AppState>,
-    Extension(me): Extension<Me>,
-    ClientIp(ip): ClientIp,
+    Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<i64>,
     form: Result<Form<PolicyForm>, FormRejection>,
@@ -153,7 +146,6 @@ pub async fn set_duplicate_policy(
     let outcome = async {
         let form = readable(form)?;
         let policy = DuplicatePolicy::parse(&form.duplicate_policy).map_err(AppError::from)?;
-        let actor = Actor::Operator { id: me.id, ip };
         let row = vault_keys::set_duplicate_policy(&state.pool, actor, id, policy).await?;
         Ok(Notice::success(format!(
             "The duplicate guard of {} is now {}: {}.",

@@ -210,6 +210,7 @@ impl Notifier {
 
     /// Posts one notification: the status on 2xx, else the status (if any)
     /// and what went wrong.
+    #[tracing::instrument(skip_all)]
     async fn post(
         &self,
         url: &str,

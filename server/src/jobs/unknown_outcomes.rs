@@ -20,14 +20,13 @@ use bytes::Bytes;
 use std::time::Instant;
 
 use sqlx::PgPool;
-use uuid::Uuid;
 
 use crate::proxy::{
     settle_answer,
     upstream::{Upstream, UpstreamError},
 };
 use app::{
-    domain::{moves_money, Decision},
+    domain::{moves_money, BillingPeriod, Cents, Decision},
     ssr::data::{
         audit::AuditEntry,
         spend::{self, CallRecord, Settlement},
@@ -51,9 +50,9 @@ struct Unknown {
     payment_intent: Option<String>,
     /// A declined payment intent's creation that Vaultcap could not cancel.
     declined_intent: bool,
-    amount_cents: i64,
+    amount_cents: Cents,
     currency: Option<String>,
-    billing_period: Option<String>,
+    billing_period: Option<BillingPeriod>,
     stripe_customer: Option<String>,
     metadata_customer_id: Option<String>,
 }
@@ -67,6 +66,7 @@ pub struct Resolved {
 }
 
 /// Asks Stripe about the unknown calls it can answer for; see the module.
+#[tracing::instrument(skip_all)]
 pub async fn resolve(pool: &PgPool, upstream: &Upstream) -> Result<Resolved, sqlx::Error> {
     let mut resolved = Resolved::default();
     if !upstream.is_configured() {
@@ -139,24 +139,17 @@ pub async fn resolve(pool: &PgPool, upstream: &Upstream) -> Result<Resolved, sql
 fn question(call: &Unknown, method: &str, path: &str) -> CallRecord {
     CallRecord {
         entry: AuditEntry {
-            request_id: Uuid::new_v4(),
             vault_key_id: Some(call.vault_key_id),
             key_prefix: Some(call.key_prefix.clone()),
-            method: method.to_owned(),
-            path: path.to_owned(),
             stripe_customer: call.stripe_customer.clone(),
             metadata_customer_id: call.metadata_customer_id.clone(),
-            metadata_billing_period: None,
-            billing_period: call.billing_period.clone(),
+            billing_period: call.billing_period,
             amount_cents: Some(call.amount_cents),
             currency: call.currency.clone(),
             idempotency_key: call.idempotency_key.clone(),
             decision: Decision::Replay,
-            upstream_status: None,
             stripe_object_id: call.payment_intent.clone(),
-            error_code: None,
-            message: None,
-            latency_ms: 0,
+            ..AuditEntry::received(method, path)
         },
         reservation_id: Some(call.id),
         settlement: Some(Settlement::Unknown),
@@ -166,6 +159,7 @@ fn question(call: &Unknown, method: &str, path: &str) -> CallRecord {
 }
 
 /// Sends the original request again with its Idempotency-Key.
+#[tracing::instrument(skip_all)]
 async fn resend(upstream: &Upstream, call: &Unknown) -> CallRecord {
     let mut record = question(call, &call.method, &call.path);
     let mut headers = form_headers();
@@ -207,6 +201,7 @@ async fn resend(upstream: &Upstream, call: &Unknown) -> CallRecord {
 }
 
 /// A declined payment intent Vaultcap could not cancel: what is it now?
+#[tracing::instrument(skip_all)]
 async fn ask_about_intent(upstream: &Upstream, call: &Unknown, intent: &str) -> CallRecord {
     let path = format!("/v1/payment_intents/{intent}");
     let mut record = question(call, "GET", &path);

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, Method};
 use bytes::Bytes;
 
 use super::{request::Params, stripe_error::StripeError, upstream::Upstream};
-use app::domain::Cents;
+use app::domain::{Cents, Currency};
 
 /// What a call does to an existing payment intent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,11 +49,16 @@ pub struct Plan {
     pub raise: Option<Cents>,
     /// Once Stripe agrees, the intent takes only this much (a cancel: 0; a
     /// capture of less than was metered).
-    pub keep: Option<i64>,
+    pub keep: Option<Cents>,
 }
 
 impl Step {
-    pub fn plan(self, params: &Params, metered: i64, currency: &str) -> Result<Plan, StripeError> {
+    pub fn plan(
+        self,
+        params: &Params,
+        metered: Cents,
+        currency: &Currency,
+    ) -> Result<Plan, StripeError> {
         match self {
             Step::Confirm => {
                 if params.get("amount").is_some() {
@@ -65,7 +70,7 @@ impl Step {
             }
             Step::Cancel => Ok(Plan {
                 raise: None,
-                keep: Some(0),
+                keep: Some(Cents(0)),
             }),
             Step::Capture => {
                 // Several captures of one intent (multicapture) would each
@@ -79,23 +84,22 @@ impl Step {
                     return Ok(Plan::default());
                 };
                 let capture = Params::whole_cents(raw, "amount_to_capture")?;
-                if capture.0 > metered {
+                if capture > metered {
                     return Err(StripeError::invalid_amount(&format!(
-                        "amount_to_capture {} is more than the {metered} cents metered for this payment intent",
-                        capture.0
+                        "amount_to_capture {} is more than the {} cents metered for this payment intent",
+                        capture.0, metered.0
                     )));
                 }
                 Ok(Plan {
                     raise: None,
-                    keep: (capture.0 < metered).then_some(capture.0),
+                    keep: (capture < metered).then_some(capture),
                 })
             }
             Step::Update => {
                 if let Some(given) = params.get("currency") {
-                    if !given.eq_ignore_ascii_case(currency) {
+                    if !given.eq_ignore_ascii_case(currency.as_str()) {
                         return Err(StripeError::invalid_request(format!(
-                            "this vault key is for {}; a payment intent cannot move to {}",
-                            currency.to_uppercase(),
+                            "this vault key is for {currency}; a payment intent cannot move to {}",
                             given.to_uppercase()
                         )));
                     }
@@ -105,7 +109,7 @@ impl Step {
                 }
                 let amount = params.amount()?;
                 Ok(Plan {
-                    raise: (amount.0 > metered).then(|| Cents(amount.0 - metered)),
+                    raise: (amount > metered).then(|| Cents(amount.0 - metered.0)),
                     keep: None,
                 })
             }
@@ -121,6 +125,7 @@ pub fn declined(body: &[u8]) -> Option<String> {
 }
 
 /// Cancels an intent at Stripe: whether Stripe says it is cancelled.
+#[tracing::instrument(skip_all)]
 pub async fn cancel(upstream: &Upstream, intent: &str) -> Result<(), String> {
     let mut headers = HeaderMap::new();
     headers.insert(

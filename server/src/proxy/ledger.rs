@@ -24,6 +24,7 @@ use std::{fmt, future::Future, sync::Arc, time::Instant};
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
+use tracing::Instrument;
 
 use app::ssr::data::spend::{self, CallRecord, ReserveCall, Reserved};
 
@@ -186,7 +187,8 @@ where
         let items: Arc<[T]> = items.into();
         let alone = items.len() == 1;
         let started = Instant::now();
-        match write(items.clone()).await {
+        let span = tracing::info_span!("ledger_write", kind, calls = items.len());
+        match write(items.clone()).instrument(span).await {
             Ok(results) => {
                 crate::metrics::ledger_batch_written(kind, items.len(), started.elapsed());
                 answer(replies, results.into_iter().map(Ok))

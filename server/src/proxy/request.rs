@@ -109,7 +109,7 @@ fn single_header(headers: &HeaderMap, name: &str) -> Result<Option<String>, Stri
 
 /// A request's parameters as Stripe reads them: the form body of a write,
 /// the query of a read. Names are unique except for array entries (`[]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Params(Vec<(String, String)>);
 
 impl Params {

@@ -25,9 +25,8 @@ pub struct StripeError {
     request_id: Option<Uuid>,
 }
 
-fn money(cents: i64, currency: &str) -> String {
-    let currency = Currency::parse(currency).unwrap_or_else(|_| Currency::usd());
-    format!("{} {}", Cents(cents).format(&currency), currency)
+fn money(cents: Cents, currency: &Currency) -> String {
+    format!("{} {currency}", cents.format(currency))
 }
 
 impl StripeError {
@@ -208,13 +207,12 @@ impl StripeError {
             Some(given) => format!(
                 "Vault key {} is for {}; this call is in {}.",
                 key.secret_prefix,
-                key.currency.to_uppercase(),
+                key.currency,
                 given.to_uppercase()
             ),
             None => format!(
                 "Missing `currency`: vault key {} is for {}.",
-                key.secret_prefix,
-                key.currency.to_uppercase()
+                key.secret_prefix, key.currency
             ),
         };
         Self::invalid(StatusCode::BAD_REQUEST, "currency_mismatch", message)
@@ -230,9 +228,9 @@ impl StripeError {
 
     pub fn cap_exceeded(
         key: &VaultKeyRow,
-        cap: i64,
-        spent: i64,
-        reserved: i64,
+        cap: Cents,
+        spent: Cents,
+        reserved: Cents,
         attempted: Cents,
     ) -> Self {
         let currency = &key.currency;
@@ -248,7 +246,7 @@ impl StripeError {
                 money(cap, currency),
                 money(spent, currency),
                 money(reserved, currency),
-                money(attempted.0, currency),
+                money(attempted, currency),
                 key.id
             ),
         )
@@ -266,7 +264,8 @@ impl StripeError {
         let earlier = match (earlier_charge, earlier_state) {
             (Some(charge), _) => format!("already has charge {charge} in {period}"),
             (None, "outcome_unknown") => format!(
-                "already has a charge in {period} whose outcome is unknown (Stripe did not answer it);                  reconcile {period} before charging again"
+                "already has a charge in {period} whose outcome is unknown (Stripe did not answer it); \
+                 reconcile {period} before charging again"
             ),
             (None, _) => format!(
                 "already has a charge in flight in {period}; if that one fails, this charge is let through"
@@ -276,7 +275,9 @@ impl StripeError {
             StatusCode::CONFLICT,
             "duplicate_charge",
             format!(
-                "Duplicate charge blocked: customer {customer} {earlier}, made under another Idempotency-Key.                  Nothing was sent to Stripe. Vault key {} ({}) blocks duplicates; if this second charge is                  intended, an operator can set its duplicate guard to flag.",
+                "Duplicate charge blocked: customer {customer} {earlier}, made under another Idempotency-Key. \
+                 Nothing was sent to Stripe. Vault key {} ({}) blocks duplicates; if this second charge is \
+                 intended, an operator can set its duplicate guard to flag.",
                 key.secret_prefix, key.label
             ),
         );
@@ -346,5 +347,25 @@ impl IntoResponse for StripeError {
             }
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::keys::test_key;
+
+    #[test]
+    fn a_duplicates_message_reads_as_one_sentence_after_another() {
+        let key = test_key(|_| {}).row;
+        for (charge, state) in [
+            (Some("ch_1"), "settled"),
+            (None, "outcome_unknown"),
+            (None, "pending"),
+        ] {
+            let error = StripeError::duplicate(&key, "c1", charge, state);
+            assert!(!error.message.contains("  "), "{:?}", error.message);
+            assert_eq!(error.charge.as_deref(), charge);
+        }
     }
 }

@@ -109,6 +109,7 @@ impl Upstream {
             .ok()
     }
 
+    #[tracing::instrument(skip_all, fields(method = %method, path = path_and_query))]
     pub async fn forward(
         &self,
         method: &Method,

@@ -20,6 +20,7 @@ use app::{
 /// the period's calls of unknown outcome that a synced charge names (each
 /// recorded in the action log); the others stay reserved until Stripe is
 /// asked about them (`jobs::unknown_outcomes`) or a person decides.
+#[tracing::instrument(skip_all)]
 pub async fn detect(pool: &PgPool, period: BillingPeriod) -> Result<Detected, DetectError> {
     let name = period.to_string();
     let Some(sync) = stripe_charges::last_finished(pool, &name).await? else {

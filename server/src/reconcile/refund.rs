@@ -33,6 +33,7 @@ pub fn idempotency_key(charge: &str) -> String {
 
 /// Refunds the duplicate charges of finding `id`; returns the finding and
 /// the charges refunded (those Stripe had already refunded included).
+#[tracing::instrument(skip_all)]
 pub async fn refund_duplicate(
     pool: &PgPool,
     client: &Client,
@@ -54,10 +55,10 @@ pub async fn refund_duplicate(
             finding.resolved_by.as_deref().unwrap_or("someone")
         )));
     }
-    if finding.kind() != Some(FindingKind::Duplicate) {
+    if finding.kind != FindingKind::Duplicate {
         return Err(AppError::Invalid(format!(
             "finding #{id} is a {} finding: only duplicate charges are refunded",
-            finding.kind
+            finding.kind.as_str()
         )));
     }
     let extra: Vec<String> = finding
@@ -85,7 +86,7 @@ pub async fn refund_duplicate(
         Some(id.to_string()),
         json!({ "customer_id": finding.customer_id, "billing_period": finding.billing_period,
                 "refunded": extra, "kept": finding.keeper_charge_id,
-                "amount_cents": finding.amount_at_risk_cents, "currency": finding.currency }),
+                "amount_cents": finding.at_risk, "currency": finding.currency }),
     )
     .await?;
     tx.commit().await?;
@@ -94,6 +95,7 @@ pub async fn refund_duplicate(
 
 /// Refunds what is left of `charge` as a duplicate; a charge Stripe says is
 /// already refunded counts as done.
+#[tracing::instrument(skip_all)]
 async fn refund(client: &Client, charge: &str) -> Result<(), AppError> {
     let key = IdempotencyKey::new(idempotency_key(charge))
         .map_err(|err| AppError::Invalid(format!("no idempotency key for {charge}: {err}")))?;

@@ -68,6 +68,7 @@ pub fn client(base: &str, secret_key: &str, options: &SyncOptions) -> Result<Cli
 
 /// Syncs the period's charges, calling `progress` after every page stored.
 /// Returns the finished sync.
+#[tracing::instrument(skip_all)]
 pub async fn sync_period(
     pool: &PgPool,
     client: &Client,

@@ -22,7 +22,7 @@ async fn a_key(app: &TestApp) -> i64 {
                 "currency": "usd",
                 "expected_total_cents": 100_000,
                 "allowed_endpoints": ["POST /v1/charges"],
-                "expires_at": "2099-01-01T00:00:00Z",
+                "expires_at": crate::helpers::in_a_month(),
             })),
         )
         .await;

@@ -127,7 +127,7 @@ async fn filters_show_exactly_the_matching_calls(pool: PgPool) {
     let range = app
         .get(
             &format!(
-                "/audit?from={}&to={}&min_amount=10.10&max_amount=10.12",
+                "/audit?from={}&to={}&currency=usd&min_amount=10.10&max_amount=10.12",
                 enc("2026-11-30T12:00:05"),
                 enc("2026-11-30T12:01")
             ),
@@ -156,7 +156,8 @@ async fn bad_filters_explain_themselves_and_never_fail_the_page(pool: PgPool) {
         ),
         ("decision=approved", "\"approved\" is not a decision"),
         ("limit=1000000", "\"1000000\" is not a page size"),
-        ("min_amount=-5", "negative"),
+        ("currency=usd&min_amount=-5", "negative"),
+        ("min_amount=5", "choose the currency the amounts are in"),
         ("after=9999999999999999999.1", "the page link is damaged"),
         (
             "key=1%3B%20DROP%20TABLE%20audit_log",
@@ -489,4 +490,30 @@ async fn the_action_log_shows_who_did_what_filtered_and_paged(pool: PgPool) {
         let body = app.get(&format!("/actions?{query}"), Some(&ops)).await.body;
         assert!(body.contains(message), "{query}: {body}");
     }
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn amounts_are_filtered_in_the_decimals_of_the_currency_named(pool: PgPool) {
+    calls(&pool, 3).await;
+    // One yen call of 500: 500 in JPY's minor unit, where USD's 500.00 is 50,000.
+    let yen: i64 = sqlx::query_scalar(
+        "INSERT INTO audit_log (request_id, method, path, amount_cents, currency, decision)
+         VALUES (gen_random_uuid(), 'POST', '/v1/charges', 500, 'jpy', 'allowed') RETURNING id",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let app = TestApp::new(pool);
+    let cookie = app.signed_in("auditor@example.com", Role::Viewer).await;
+    let page = |query: &'static str| {
+        let (app, cookie) = (&app, cookie.clone());
+        async move { app.get(&format!("/audit?{query}"), Some(&cookie)).await }
+    };
+    let found = page("currency=jpy&min_amount=500&max_amount=500").await;
+    assert_eq!(listed(&found.body), vec![yen]);
+    // The same figures in dollars are 50,000 cents: no call that large.
+    let dollars = page("currency=usd&min_amount=500&max_amount=500").await;
+    assert!(listed(&dollars.body).is_empty());
+    let yen_decimals = page("currency=jpy&min_amount=5.5").await;
+    assert!(yen_decimals.body.contains("JPY has no decimals"));
 }

@@ -391,7 +391,7 @@ async fn two_approvers_deciding_at_once_make_exactly_one_decision(pool: PgPool) 
             message.contains(&format!("request #{id} was already")),
             "{message}"
         );
-        let raised = i64::from(won.request.state == "approved");
+        let raised = i64::from(won.request.state == app::domain::RequestState::Approved);
         let expected_cap: i64 = sqlx::query_scalar(
             "SELECT 5000 + 100 * count(*) FROM cap_increase_requests WHERE decision = 'approved'",
         )

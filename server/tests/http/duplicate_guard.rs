@@ -23,7 +23,7 @@ async fn guarded(pool: PgPool, policy: Option<&str>) -> (TestApp, FakeStripe, St
     let token = app.api_token().await;
     let mut body = json!({
         "label": "billing-run-2026-07", "expected_total_cents": 100_000,
-        "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+        "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
     });
     if let Some(policy) = policy {
         body["duplicate_policy"] = policy.into();
@@ -304,7 +304,7 @@ async fn the_key_api_refuses_an_unknown_guard(pool: PgPool) {
     let token = app.api_token().await;
     let body = json!({
         "label": "billing-run-2026-07", "expected_total_cents": 1000,
-        "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+        "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
         "duplicate_policy": "warn",
     });
     let refused = app

@@ -402,3 +402,8 @@ impl TestResponse {
             .map(|c| c.split(';').next().unwrap().to_owned())
     }
 }
+
+/// An expiry a key may have (within a year), a month from now.
+pub fn in_a_month() -> String {
+    (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339()
+}

@@ -347,7 +347,7 @@ async fn a_key_charges_only_on_the_account_it_is_for(pool: PgPool) {
             Some(&token),
             Some(serde_json::json!({
                 "label": "connected", "expected_total_cents": 5000, "stripe_account": "acct_1",
-                "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+                "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
             })),
         )
         .await;
@@ -379,7 +379,7 @@ async fn a_key_charges_only_on_the_account_it_is_for(pool: PgPool) {
             Some(&token),
             Some(serde_json::json!({
                 "label": "bad", "expected_total_cents": 5000, "stripe_account": "acct_../x",
-                "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+                "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
             })),
         )
         .await;

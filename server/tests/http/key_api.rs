@@ -70,7 +70,7 @@ async fn the_native_body_computes_the_cap_from_the_expected_total(pool: PgPool) 
         "label": "eu run", "billing_period": "2026-08", "expected_total_cents": 999,
         "buffer_pct": 10, "currency": "EUR",
         "allowed_endpoints": ["POST /v1/payment_intents", "POST /v1/payment_intents/{id}/confirm"],
-        "expires_at": "2099-01-01T00:00:00Z",
+        "expires_at": crate::helpers::in_a_month(),
     });
     let created = app
         .api("POST", "/vault/keys", Some(&token), Some(body))
@@ -117,6 +117,13 @@ async fn bad_key_requests_are_refused_with_a_clear_error(pool: PgPool) {
             with("expires_at", json!("next tuesday")),
             "is not an RFC 3339 time",
         ),
+        // The console's rules, which the API once did not share.
+        (
+            with("expires_at", json!("2099-01-01T00:00:00Z")),
+            "within a year",
+        ),
+        (with("buffer_pct", json!(150)), "from 0 to 100 %"),
+        (with("buffer_pct", json!(-1)), "is not a percentage"),
         (
             with("allowed_endpoints", json!(["/v1/transfers"])),
             "is not an endpoint Vaultcap meters",

@@ -22,7 +22,7 @@ async fn key(
     let body = json!({
         "label": label, "billing_period": period, "expected_total_cents": cap_cents,
         "cap_cents": cap_cents, "allowed_endpoints": ["POST /v1/charges"],
-        "expires_at": "2099-01-01T00:00:00Z",
+        "expires_at": crate::helpers::in_a_month(),
     });
     let created = app
         .api("POST", "/vault/keys", Some(token), Some(body))

@@ -23,7 +23,7 @@ fn native(expected: i64, cap: i64) -> Value {
     json!({
         "label": "month-end", "billing_period": "2026-12", "currency": "usd",
         "expected_total_cents": expected, "cap_cents": cap,
-        "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+        "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
     })
 }
 
@@ -372,7 +372,7 @@ async fn a_seed_body_key_is_always_within_the_buffer_policy(pool: PgPool) {
                 Some(&token),
                 Some(json!({
                     "vendor": "stripe", "label": "seeds", "daily_usd_cap": dollars,
-                    "allowed_endpoints": ["/v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+                    "allowed_endpoints": ["/v1/charges"], "expires_at": crate::helpers::in_a_month(),
                 })),
             )
             .await;

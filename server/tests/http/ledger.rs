@@ -23,24 +23,10 @@ use crate::proxy::proxy_with_key;
 fn refused_call(message: &str) -> CallRecord {
     CallRecord {
         entry: AuditEntry {
-            request_id: Uuid::new_v4(),
-            vault_key_id: None,
-            key_prefix: None,
-            method: "POST".into(),
-            path: "/v1/charges".into(),
-            stripe_customer: None,
-            metadata_customer_id: None,
-            metadata_billing_period: None,
-            billing_period: None,
-            amount_cents: None,
-            currency: None,
-            idempotency_key: None,
             decision: Decision::RefusedUnknownKey,
-            upstream_status: None,
-            stripe_object_id: None,
-            error_code: None,
             message: Some(message.into()),
             latency_ms: 1,
+            ..AuditEntry::received("POST", "/v1/charges")
         },
         reservation_id: None,
         settlement: None,
@@ -53,15 +39,15 @@ fn reserve_call(key: i64, n: usize) -> ReserveCall {
     ReserveCall {
         key,
         request: Uuid::new_v4(),
-        amount: 100,
+        amount: app::domain::Cents(100),
         idempotency_key: Some(format!("k{n}")),
         fingerprint: hex_of(n),
         method: "POST".into(),
         path: "/v1/charges".into(),
         stripe_customer: None,
         metadata_customer_id: None,
-        billing_period: "2026-07".into(),
-        currency: Some("usd".into()),
+        billing_period: "2026-07".parse().unwrap(),
+        currency: app::domain::Currency::usd(),
         payment_intent: None,
         request_body: Some("amount=100&currency=usd".into()),
         stripe_version: None,
@@ -201,7 +187,7 @@ async fn a_call_on_another_key_is_reserved_while_a_batch_waits_on_a_locked_key(p
     let token = app.api_token().await;
     let body = json!({
         "label": "another run", "expected_total_cents": 1_000_000, "cap_cents": 1_000_000,
-        "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+        "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
     });
     let created = app
         .api("POST", "/vault/keys", Some(&token), Some(body))

@@ -103,3 +103,19 @@ async fn health_answers_always_and_readiness_only_while_the_database_does(pool: 
         StatusCode::SERVICE_UNAVAILABLE
     );
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn every_console_request_is_named_by_a_request_id_it_answers_with(pool: PgPool) {
+    let app = TestApp::new(pool);
+    let page = app.get("/login", None).await;
+    let id = page.headers["x-request-id"].to_str().unwrap();
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
+
+    // One a load balancer already gave is kept, so both logs agree.
+    let given = axum::http::Request::get("/login")
+        .header("x-request-id", "lb-7f3a")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let page = app.send(given).await;
+    assert_eq!(page.headers["x-request-id"], "lb-7f3a");
+}

@@ -38,7 +38,7 @@ impl Setup {
     async fn key(&self, cap_cents: i64) -> (String, i64) {
         let body = json!({
             "label": "intents", "expected_total_cents": cap_cents, "cap_cents": cap_cents,
-            "allowed_endpoints": INTENT_ENDPOINTS, "expires_at": "2099-01-01T00:00:00Z",
+            "allowed_endpoints": INTENT_ENDPOINTS, "expires_at": crate::helpers::in_a_month(),
         });
         let created = self
             .app

@@ -207,7 +207,7 @@ async fn check(pool: &PgPool, ops: &[Op]) -> Result<(), String> {
             Some(&token),
             Some(json!({
                 "label": "property", "expected_total_cents": CAP, "cap_cents": CAP,
-                "allowed_endpoints": ["POST /v1/charges"], "expires_at": "2099-01-01T00:00:00Z",
+                "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
             })),
         )
         .await

@@ -29,7 +29,7 @@ pub(crate) async fn proxy_waiting(
     let body = json!({
         "label": "billing-run-2026-07", "expected_total_cents": cap_cents, "cap_cents": cap_cents,
         "allowed_endpoints": ["POST /v1/charges", "GET /v1/charges/{id}"],
-        "expires_at": "2099-01-01T00:00:00Z",
+        "expires_at": crate::helpers::in_a_month(),
     });
     let created = app
         .api("POST", "/vault/keys", Some(&token), Some(body))
@@ -253,7 +253,7 @@ async fn an_unreachable_upstream_releases_the_reservation_with_a_502(pool: PgPoo
     );
     let token = app.api_token().await;
     let body = json!({ "label": "run", "expected_total_cents": 5000, "allowed_endpoints": ["/v1/charges"],
-                       "expires_at": "2099-01-01T00:00:00Z" });
+                       "expires_at": crate::helpers::in_a_month() });
     let created = app
         .api("POST", "/vault/keys", Some(&token), Some(body))
         .await

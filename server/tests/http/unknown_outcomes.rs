@@ -91,7 +91,7 @@ async fn a_declined_intent_left_alive_is_cancelled_later_and_then_released(pool:
             Some(&token),
             Some(json!({
                 "label": "intents", "expected_total_cents": 5000, "cap_cents": 5000,
-                "allowed_endpoints": ["POST /v1/payment_intents"], "expires_at": "2099-01-01T00:00:00Z",
+                "allowed_endpoints": ["POST /v1/payment_intents"], "expires_at": crate::helpers::in_a_month(),
             })),
         )
         .await

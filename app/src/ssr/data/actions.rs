@@ -22,6 +22,7 @@ pub enum Actor {
     System,
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn record(
     db: impl PgExecutor<'_>,
     actor: Actor,
@@ -55,6 +56,7 @@ pub async fn record(
 }
 
 /// The actions on one subject (`finding` 12), oldest first.
+#[tracing::instrument(skip_all)]
 pub async fn for_subject(
     db: impl sqlx::PgExecutor<'_>,
     subject_type: &str,
@@ -82,6 +84,7 @@ const SELECT_ENTRY: &str = "SELECT a.id, a.at, COALESCE(o.email, 'API token ' ||
 
 /// One page of the action log matching `filter`, newest first, with the
 /// links around it (keyset paging on `(at, id)`).
+#[tracing::instrument(skip_all)]
 pub async fn page(
     db: &sqlx::PgPool,
     query: &ActionQuery,

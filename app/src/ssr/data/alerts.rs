@@ -39,6 +39,7 @@ fn select_sql() -> String {
 }
 
 /// Alerts, newest first, optionally for one key and in one state.
+#[tracing::instrument(skip_all)]
 pub async fn list(
     db: impl PgExecutor<'_>,
     key: Option<i64>,
@@ -58,6 +59,7 @@ pub async fn list(
     .await
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Alert>, sqlx::Error> {
     sqlx::query_as(&format!("{} WHERE a.id = $1", select_sql()))
         .bind(id)
@@ -66,6 +68,7 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Alert>, sql
 }
 
 /// Alerts that need someone: neither acknowledged nor snoozed.
+#[tracing::instrument(skip_all)]
 pub async fn open_count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(&format!(
         "SELECT count(*) FROM alerts a WHERE a.acknowledged_at IS NULL AND {STATE_SQL} = 'open'"
@@ -86,6 +89,7 @@ pub enum AlertChangeError {
 }
 
 /// Acknowledges an open or snoozed alert, once; recorded in the action log.
+#[tracing::instrument(skip_all)]
 pub async fn acknowledge(
     pool: &PgPool,
     actor: Actor,
@@ -114,6 +118,7 @@ pub async fn acknowledge(
 /// it in the action log, in one transaction; then reads the alert back. An
 /// update that touches no row means the alert is gone or, where the update
 /// skips them, already acknowledged.
+#[tracing::instrument(skip_all)]
 async fn change(
     pool: &PgPool,
     actor: Actor,
@@ -150,6 +155,7 @@ async fn change(
 /// Raises an expiry alert for each active key that expires within a day
 /// with less spent than expected (once per key, whatever its cap). Returns
 /// how many.
+#[tracing::instrument(skip_all)]
 pub async fn raise_expiring(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error> {
     Ok(sqlx::query(
         "INSERT INTO alerts (vault_key_id, kind, committed_cents, cap_cents, amount_cents)
@@ -166,6 +172,7 @@ pub async fn raise_expiring(db: impl PgExecutor<'_>) -> Result<u64, sqlx::Error>
 }
 
 /// How many alerts are open, snoozed and acknowledged.
+#[tracing::instrument(skip_all)]
 pub async fn counts(db: impl PgExecutor<'_>) -> Result<(i64, i64, i64), sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT count(*) FILTER (WHERE s = 'open'), count(*) FILTER (WHERE s = 'snoozed'),
@@ -177,6 +184,7 @@ pub async fn counts(db: impl PgExecutor<'_>) -> Result<(i64, i64, i64), sqlx::Er
 }
 
 /// Assigns an alert to an operator (`None`: to nobody); recorded.
+#[tracing::instrument(skip_all)]
 pub async fn assign(
     pool: &PgPool,
     actor: Actor,
@@ -191,6 +199,7 @@ pub async fn assign(
 }
 
 /// Snoozes an unacknowledged alert until `until`; recorded.
+#[tracing::instrument(skip_all)]
 pub async fn snooze(
     pool: &PgPool,
     actor: Actor,

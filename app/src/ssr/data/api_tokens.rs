@@ -18,6 +18,7 @@ pub struct NewApiToken<'a> {
     pub max_cap_cents: Option<i64>,
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn insert(db: impl PgExecutor<'_>, token: NewApiToken<'_>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO api_tokens (name, token_hash, token_prefix, scopes, expires_at, created_by, max_cap_cents)
@@ -48,6 +49,7 @@ pub enum Presented {
 }
 
 /// What the token with this hash is, and what it may do while active.
+#[tracing::instrument(skip_all)]
 pub async fn authenticate(db: impl PgExecutor<'_>, hash: &[u8]) -> Result<Presented, sqlx::Error> {
     #[derive(sqlx::FromRow)]
     struct Row {
@@ -84,6 +86,7 @@ pub async fn authenticate(db: impl PgExecutor<'_>, hash: &[u8]) -> Result<Presen
 }
 
 /// Records that the token was just used (for the API tokens page).
+#[tracing::instrument(skip_all)]
 pub async fn mark_used(db: impl PgExecutor<'_>, id: i64) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE api_tokens SET last_used_at = now() WHERE id = $1")
         .bind(id)
@@ -105,6 +108,7 @@ fn parse_scopes(id: i64, names: &[String]) -> Result<Vec<ApiScope>, sqlx::Error>
 }
 
 /// Every token: working ones first, then newest first.
+#[tracing::instrument(skip_all)]
 pub async fn list(db: impl PgExecutor<'_>) -> Result<Vec<ApiTokenSummary>, sqlx::Error> {
     let rows: Vec<TokenRow> = sqlx::query_as(
         "SELECT t.id, t.name, t.token_prefix, t.scopes, t.created_at,
@@ -162,6 +166,7 @@ impl TokenRow {
 
 /// Revokes a token, answering its name; `None` when there is no such token
 /// or it was already revoked.
+#[tracing::instrument(skip_all)]
 pub async fn revoke(
     db: impl PgExecutor<'_>,
     id: i64,

@@ -8,8 +8,8 @@ use sqlx::{PgExecutor, Postgres, QueryBuilder};
 use super::keyset;
 
 use crate::domain::{
-    AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, CallSummary, Cents, Currency,
-    Decision, DecisionFilter, Position, RefusedCharges,
+    AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, BillingPeriod, CallSummary,
+    Cents, Currency, Decision, DecisionFilter, Position, RefusedCharges,
 };
 
 /// Everything recorded about one call.
@@ -24,8 +24,9 @@ pub struct AuditEntry {
     pub stripe_customer: Option<String>,
     pub metadata_customer_id: Option<String>,
     pub metadata_billing_period: Option<String>,
-    pub billing_period: Option<String>,
-    pub amount_cents: Option<i64>,
+    pub billing_period: Option<BillingPeriod>,
+    pub amount_cents: Option<Cents>,
+    /// As the call named it (lower-cased): a refused call's may be no currency.
     pub currency: Option<String>,
     pub idempotency_key: Option<String>,
     pub decision: Decision,
@@ -36,7 +37,35 @@ pub struct AuditEntry {
     pub latency_ms: i32,
 }
 
+impl AuditEntry {
+    /// A call as it arrived, nothing known about it yet: a fresh request
+    /// id, and allowed until something refuses it.
+    pub fn received(method: impl Into<String>, path: impl Into<String>) -> Self {
+        Self {
+            request_id: Uuid::new_v4(),
+            vault_key_id: None,
+            key_prefix: None,
+            method: method.into(),
+            path: path.into(),
+            stripe_customer: None,
+            metadata_customer_id: None,
+            metadata_billing_period: None,
+            billing_period: None,
+            amount_cents: None,
+            currency: None,
+            idempotency_key: None,
+            decision: Decision::Allowed,
+            upstream_status: None,
+            stripe_object_id: None,
+            error_code: None,
+            message: None,
+            latency_ms: 0,
+        }
+    }
+}
+
 /// A key's latest calls, newest first (the audit log's key index).
+#[tracing::instrument(skip_all)]
 pub async fn latest_for_key(
     db: impl PgExecutor<'_>,
     key: i64,
@@ -147,6 +176,12 @@ fn conditions(filter: &AuditFilter) -> Vec<(String, Option<Value>)> {
             with(&format!(" AND {column} = "), Value::Text(value.clone()));
         }
     }
+    if let Some(currency) = &filter.currency {
+        with(
+            " AND a.currency = ",
+            Value::Text(currency.as_str().to_owned()),
+        );
+    }
     match filter.decision {
         None => {}
         Some(DecisionFilter::Exactly(decision)) => {
@@ -227,6 +262,7 @@ pub fn export_copy(filter: &AuditFilter) -> String {
 
 /// One page of calls matching `query`, newest first, and the links to the
 /// pages around it (keyset paging: never OFFSET).
+#[tracing::instrument(skip_all)]
 pub async fn page(
     db: impl PgExecutor<'_>,
     query: &AuditQuery,
@@ -306,6 +342,7 @@ impl CallListRow {
 /// The charges the cap refused on `key` that no later allowed call with
 /// the same Idempotency-Key got through. A refusal retried under one
 /// Idempotency-Key is one charge; the latest 1,000 refusals are counted.
+#[tracing::instrument(skip_all)]
 pub async fn refused_waiting(
     db: impl PgExecutor<'_>,
     key: i64,
@@ -334,6 +371,7 @@ pub async fn refused_waiting(
 }
 
 /// One call with everything recorded about it.
+#[tracing::instrument(skip_all)]
 pub async fn find(
     db: impl PgExecutor<'_>,
     id: i64,

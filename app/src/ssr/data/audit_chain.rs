@@ -16,6 +16,7 @@ pub struct LogProtection {
     pub can_rewrite: bool,
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn log_protection(db: impl PgExecutor<'_>) -> sqlx::Result<LogProtection> {
     sqlx::query_as(
         "SELECT current_user::text AS role,
@@ -43,6 +44,7 @@ pub struct DayCheck {
     pub problem: Option<String>,
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn day_checks(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DayCheck>> {
     sqlx::query_as(
         "SELECT day, verified_seq, verified_hash, verified_at, checked_at, broken_row_id, problem
@@ -52,6 +54,7 @@ pub async fn day_checks(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DayCheck>> 
     .await
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn record_check(db: impl PgExecutor<'_>, check: &DayCheck) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO audit_chain_checks
@@ -75,6 +78,7 @@ pub async fn record_check(db: impl PgExecutor<'_>, check: &DayCheck) -> sqlx::Re
 }
 
 /// The chain as its checks last found it, in one reading.
+#[tracing::instrument(skip_all)]
 pub async fn status(db: impl PgExecutor<'_> + Copy) -> sqlx::Result<ChainStatus> {
     let checks = day_checks(db).await?;
     if let Some(broken) = checks.iter().find(|c| c.problem.is_some()) {

@@ -6,6 +6,7 @@ use crate::domain::{BillingPeriod, Cents, Currency};
 
 /// How many customers the ledger records as charged in a period, and their
 /// total per currency.
+#[tracing::instrument(skip_all)]
 pub async fn charged_in_period(
     db: impl PgExecutor<'_>,
     period: BillingPeriod,
@@ -28,6 +29,7 @@ pub async fn charged_in_period(
 
 /// What a period billed, per currency, largest first: (currency, customers,
 /// total cents).
+#[tracing::instrument(skip_all)]
 pub async fn period_totals(
     db: impl sqlx::PgExecutor<'_>,
     period: crate::domain::BillingPeriod,

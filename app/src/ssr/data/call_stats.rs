@@ -8,6 +8,7 @@ use sqlx::PgExecutor;
 use crate::domain::{Cents, Decision, DecisionCount};
 
 /// A key's calls by decision, most frequent first.
+#[tracing::instrument(skip_all)]
 pub async fn by_decision(
     db: impl PgExecutor<'_>,
     key: i64,
@@ -31,6 +32,7 @@ pub async fn by_decision(
 }
 
 /// What a key spent in each hour that it spent anything, oldest first.
+#[tracing::instrument(skip_all)]
 pub async fn hourly_spend(
     db: impl PgExecutor<'_>,
     key: i64,
@@ -47,6 +49,7 @@ pub async fn hourly_spend(
 
 /// Refused calls (every refusal reason, known keys or not) in the hours
 /// starting at or after `since`.
+#[tracing::instrument(skip_all)]
 pub async fn refused_since(
     db: impl PgExecutor<'_>,
     since: DateTime<Utc>,
@@ -62,6 +65,7 @@ pub async fn refused_since(
 
 /// Daily spend of the given keys from `from` to `to`: (key id, UTC day,
 /// spent), by key then day.
+#[tracing::instrument(skip_all)]
 pub async fn daily_spend(
     db: impl PgExecutor<'_>,
     keys: &[i64],

@@ -31,6 +31,7 @@ fn select_sql() -> String {
     )
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<CapIncrease>, sqlx::Error> {
     sqlx::query_as(&format!("{} WHERE r.id = $1", select_sql()))
         .bind(id)
@@ -49,6 +50,7 @@ pub enum Listing {
     Key(i64),
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn list(
     db: impl PgExecutor<'_>,
     listing: Listing,
@@ -81,6 +83,7 @@ pub async fn list(
 
 /// The request waiting for a decision on a key, if one is (there is at most
 /// one: a second is refused while it waits).
+#[tracing::instrument(skip_all)]
 pub async fn pending_for_key(
     db: impl PgExecutor<'_>,
     key: i64,
@@ -96,6 +99,7 @@ pub async fn pending_for_key(
 
 /// How many requests wait for a decision, and how many are decided or
 /// expired.
+#[tracing::instrument(skip_all)]
 pub async fn counts(db: impl PgExecutor<'_>) -> Result<(i64, i64), sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT count(*) FILTER (WHERE s = 'pending'), count(*) FILTER (WHERE s <> 'pending')
@@ -108,6 +112,7 @@ pub async fn counts(db: impl PgExecutor<'_>) -> Result<(i64, i64), sqlx::Error> 
 
 /// Requests waiting for a decision (cap increases and new keys beyond
 /// policy), for the navigation badge.
+#[tracing::instrument(skip_all)]
 pub async fn pending_count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM cap_increase_requests r JOIN vault_keys k ON k.id = r.vault_key_id
@@ -120,6 +125,7 @@ pub async fn pending_count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> 
 
 /// What a key can move in all: its own cap plus the caps of its follow-on
 /// keys that are not revoked.
+#[tracing::instrument(skip_all)]
 pub async fn granted_cents(db: impl PgExecutor<'_>, key: i64) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT k.cap_cents + COALESCE((SELECT sum(c.cap_cents) FROM vault_keys c
@@ -133,6 +139,7 @@ pub async fn granted_cents(db: impl PgExecutor<'_>, key: i64) -> Result<i64, sql
 
 /// Locks a request's row: a second decision waits here for the first to
 /// commit, then sees it.
+#[tracing::instrument(skip_all)]
 pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<CapIncrease>, sqlx::Error> {
     let exists = sqlx::query("SELECT 1 FROM cap_increase_requests WHERE id = $1 FOR UPDATE")
         .bind(id)
@@ -158,6 +165,7 @@ pub struct NewRequest<'a> {
     pub expires_at: DateTime<Utc>,
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn insert(tx: &mut PgConnection, request: &NewRequest<'_>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO cap_increase_requests (vault_key_id, from_cap_cents, to_cap_cents, apply_as,
@@ -178,6 +186,7 @@ pub async fn insert(tx: &mut PgConnection, request: &NewRequest<'_>) -> Result<i
 }
 
 /// Records a decision on an undecided request; false if it was decided.
+#[tracing::instrument(skip_all)]
 pub async fn decide(
     tx: &mut PgConnection,
     id: i64,
@@ -203,6 +212,7 @@ pub async fn decide(
 }
 
 /// Adds `additional` to a key's cap; the proxy's next reservation sees it.
+#[tracing::instrument(skip_all)]
 pub async fn raise_cap(
     tx: &mut PgConnection,
     key: i64,

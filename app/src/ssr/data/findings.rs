@@ -53,6 +53,7 @@ pub struct Detected {
 /// caller's transaction (so a run is all or nothing). Run it only once a
 /// sync has stored the period's charges: before that, every billing record
 /// would look missing.
+#[tracing::instrument(skip_all)]
 pub async fn detect(
     tx: &mut PgConnection,
     period: BillingPeriod,
@@ -161,6 +162,7 @@ const SELECT: &str = "SELECT f.id, f.kind, f.billing_period, f.customer_id, f.cu
 
 /// The findings a filter selects, the largest risk first (open ones before
 /// resolved ones).
+#[tracing::instrument(skip_all)]
 pub async fn list(
     db: impl PgExecutor<'_>,
     filter: &FindingFilter,
@@ -180,6 +182,7 @@ pub async fn list(
 }
 
 /// How many findings a filter selects.
+#[tracing::instrument(skip_all)]
 pub async fn count(db: impl PgExecutor<'_>, filter: &FindingFilter) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(&format!(
         "SELECT count(*) FROM reconciliation_findings f WHERE {MATCHES}"
@@ -199,6 +202,7 @@ const MATCHES: &str = "f.billing_period = $1 AND ($2::text IS NULL OR f.kind = $
     AND ($4::text IS NULL OR starts_with(f.customer_id, $4))";
 
 /// Open findings and money at risk per kind and currency.
+#[tracing::instrument(skip_all)]
 pub async fn totals(
     db: impl PgExecutor<'_>,
     period: &str,
@@ -214,6 +218,7 @@ pub async fn totals(
 }
 
 /// Periods with synced charges, findings or billing records, newest first.
+#[tracing::instrument(skip_all)]
 pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT billing_period FROM stripe_syncs UNION SELECT billing_period FROM billing_records
@@ -225,6 +230,7 @@ pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error
 
 /// The finding, locked for the rest of the transaction: two people
 /// resolving it at once are served one after the other.
+#[tracing::instrument(skip_all)]
 pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<Finding>, sqlx::Error> {
     let exists = sqlx::query("SELECT 1 FROM reconciliation_findings WHERE id = $1 FOR UPDATE")
         .bind(id)
@@ -241,6 +247,7 @@ pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<Finding>, sql
 }
 
 /// Marks an open finding resolved; false if it was resolved already.
+#[tracing::instrument(skip_all)]
 pub async fn resolve(
     tx: &mut PgConnection,
     id: i64,
@@ -266,9 +273,10 @@ pub async fn resolve(
 /// Writes the billing record an orphaned charge lacks, as the billing job
 /// would have (`ON CONFLICT DO NOTHING`): the next redelivery's pre-flight
 /// check then skips the customer. Returns whether a row was written.
+#[tracing::instrument(skip_all)]
 pub async fn adopt_charge(
     tx: &mut PgConnection,
-    period: &str,
+    period: BillingPeriod,
     customer_id: &str,
     charge_id: &str,
 ) -> Result<bool, sqlx::Error> {
@@ -289,6 +297,7 @@ pub async fn adopt_charge(
 }
 
 /// One finding, resolved or not.
+#[tracing::instrument(skip_all)]
 pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Finding>, sqlx::Error> {
     sqlx::query_as(&format!("{SELECT} WHERE f.id = $1"))
         .bind(id)
@@ -315,6 +324,7 @@ struct ChargeRow {
 
 /// The finding's charges and the customer's other charges in the period,
 /// oldest first, each with the proxy call that made it (by object id).
+#[tracing::instrument(skip_all)]
 pub async fn evidence_charges(
     db: impl PgExecutor<'_>,
     finding: &Finding,
@@ -337,11 +347,11 @@ pub async fn evidence_charges(
          LIMIT 50",
     )
     .bind(&finding.charge_ids)
-    .bind(&finding.billing_period)
+    .bind(finding.billing_period)
     .bind(&finding.customer_id)
     .fetch_all(db)
     .await?;
-    let fallback = finding.currency();
+    let fallback = finding.currency.clone();
     Ok(rows
         .into_iter()
         .map(|row| EvidenceCharge {
@@ -378,6 +388,7 @@ struct RecordRow {
 }
 
 /// The billing record of the finding's customer and period, if any.
+#[tracing::instrument(skip_all)]
 pub async fn evidence_record(
     db: impl PgExecutor<'_>,
     finding: &Finding,
@@ -387,11 +398,11 @@ pub async fn evidence_record(
          FROM billing_records WHERE customer_id = $1 AND billing_period = $2",
     )
     .bind(&finding.customer_id)
-    .bind(&finding.billing_period)
+    .bind(finding.billing_period)
     .fetch_optional(db)
     .await?;
     Ok(row.map(|row| EvidenceRecord {
-        currency: Currency::parse(&row.currency).unwrap_or_else(|_| finding.currency()),
+        currency: Currency::parse(&row.currency).unwrap_or_else(|_| finding.currency.clone()),
         charge_id: row.charge_id,
         amount: Cents(row.amount_cents),
         status: row.status,
@@ -417,6 +428,7 @@ struct CallRow {
 
 /// The proxy calls for the finding's customer and period, or that made one
 /// of its charges, oldest first.
+#[tracing::instrument(skip_all)]
 pub async fn evidence_calls(
     db: impl PgExecutor<'_>,
     finding: &Finding,
@@ -429,7 +441,7 @@ pub async fn evidence_calls(
          ORDER BY at, id LIMIT 100",
     )
     .bind(&finding.customer_id)
-    .bind(&finding.billing_period)
+    .bind(finding.billing_period)
     .bind(&finding.charge_ids)
     .fetch_all(db)
     .await?;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
 use super::vault_keys::{NewKeyRow, VaultKeyRow, COLUMNS};
-use crate::domain::KeyRequest;
+use crate::domain::{BillingPeriod, Cents, Currency, KeyRequest};
 
 const SELECT: &str = "SELECT r.id, r.label, r.billing_period, r.currency, r.expected_total_cents,
         r.cap_cents, r.policy_cap_cents, r.over_policy, r.secret_prefix, r.requested_at,
@@ -23,6 +23,7 @@ const SELECT: &str = "SELECT r.id, r.label, r.billing_period, r.currency, r.expe
 
 /// Keeps the key as asked for (its `created_by` fields name the requester)
 /// with why it is beyond policy; answers the request's id.
+#[tracing::instrument(skip_all)]
 pub async fn insert(
     db: impl PgExecutor<'_>,
     key: &NewKeyRow<'_>,
@@ -41,7 +42,7 @@ pub async fn insert(
     .bind(key.secret_hash)
     .bind(key.secret_prefix)
     .bind(key.label)
-    .bind(&key.billing_period)
+    .bind(key.billing_period)
     .bind(key.currency)
     .bind(key.expected_total_cents)
     .bind(key.buffer_bps)
@@ -60,6 +61,7 @@ pub async fn insert(
     .await
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<KeyRequest>, sqlx::Error> {
     sqlx::query_as(&format!("{SELECT} WHERE r.id = $1"))
         .bind(id)
@@ -68,6 +70,7 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<KeyRequest>
 }
 
 /// The request, its row locked until the transaction ends.
+#[tracing::instrument(skip_all)]
 pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<KeyRequest>, sqlx::Error> {
     sqlx::query_as(&format!("{SELECT} WHERE r.id = $1 FOR UPDATE OF r"))
         .bind(id)
@@ -77,6 +80,7 @@ pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<KeyRequest>, 
 
 /// The request for the same key (label and period) by the same requester
 /// that is still waiting, if any.
+#[tracing::instrument(skip_all)]
 pub async fn waiting_twin(
     db: impl PgExecutor<'_>,
     key: &NewKeyRow<'_>,
@@ -88,7 +92,7 @@ pub async fn waiting_twin(
          LIMIT 1",
     )
     .bind(key.label)
-    .bind(&key.billing_period)
+    .bind(key.billing_period)
     .bind(key.created_by)
     .bind(key.created_by_token)
     .fetch_optional(db)
@@ -96,6 +100,7 @@ pub async fn waiting_twin(
 }
 
 /// Requests waiting for a decision, oldest first.
+#[tracing::instrument(skip_all)]
 pub async fn pending(db: impl PgExecutor<'_>) -> Result<Vec<KeyRequest>, sqlx::Error> {
     sqlx::query_as(&format!(
         "{SELECT} WHERE r.decision IS NULL AND r.expires_at > now() ORDER BY r.requested_at, r.id"
@@ -106,11 +111,12 @@ pub async fn pending(db: impl PgExecutor<'_>) -> Result<Vec<KeyRequest>, sqlx::E
 
 /// The caps of `period`'s live keys in `currency`: what billing jobs may
 /// charge in it altogether now.
+#[tracing::instrument(skip_all)]
 pub async fn live_caps(
     db: impl PgExecutor<'_>,
-    period: &str,
-    currency: &str,
-) -> Result<i64, sqlx::Error> {
+    period: BillingPeriod,
+    currency: &Currency,
+) -> Result<Cents, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT coalesce(sum(cap_cents), 0)::bigint FROM vault_keys
          WHERE billing_period = $1 AND currency = $2 AND revoked_at IS NULL AND expires_at > now()",
@@ -123,6 +129,7 @@ pub async fn live_caps(
 
 /// Issues the requested key as asked, with the secret shown to the
 /// requester, created by the requester.
+#[tracing::instrument(skip_all)]
 pub async fn issue(tx: &mut PgConnection, id: i64) -> Result<VaultKeyRow, sqlx::Error> {
     sqlx::query_as(&format!(
         "INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
@@ -141,6 +148,7 @@ pub async fn issue(tx: &mut PgConnection, id: i64) -> Result<VaultKeyRow, sqlx::
 
 /// Records the decision on an undecided request; `false` when it was
 /// already decided.
+#[tracing::instrument(skip_all)]
 pub async fn decide(
     tx: &mut PgConnection,
     id: i64,
@@ -167,6 +175,7 @@ pub async fn decide(
 
 /// The largest cap a token may have issued without an approver, if it has
 /// one.
+#[tracing::instrument(skip_all)]
 pub async fn token_ceiling(
     db: impl PgExecutor<'_>,
     token: i64,

@@ -36,6 +36,7 @@ pub enum Attempt {
     Refused { retry_after: Duration },
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn claim(
     pool: &PgPool,
     account: &str,
@@ -125,6 +126,7 @@ pub fn delay(failures: i64, limits: Limits) -> Duration {
 
 /// The attempt turned out not to be a failure after all (the password was
 /// right, or it was never checked).
+#[tracing::instrument(skip_all)]
 pub async fn forget(pool: &PgPool, id: i64) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM login_failures WHERE id = $1")
         .bind(id)
@@ -134,6 +136,7 @@ pub async fn forget(pool: &PgPool, id: i64) -> Result<(), sqlx::Error> {
 }
 
 /// A successful sign-in clears the account's failures; old rows go too.
+#[tracing::instrument(skip_all)]
 pub async fn clear(pool: &PgPool, email: &str, window: Duration) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM login_failures WHERE email = $1 OR failed_at < now() - $2::interval")
         .bind(email)

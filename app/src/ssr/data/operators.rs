@@ -46,6 +46,7 @@ pub enum InsertError {
 
 const COLUMNS: &str = "id, email, role, password_hash, disabled_at, created_at, totp_enabled_at";
 
+#[tracing::instrument(skip_all)]
 pub async fn insert(
     db: impl PgExecutor<'_>,
     email: &Email,
@@ -71,6 +72,7 @@ pub async fn insert(
     })
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn find_by_email(
     db: impl PgExecutor<'_>,
     email: &Email,
@@ -81,6 +83,7 @@ pub async fn find_by_email(
         .await
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn find_by_id(
     db: impl PgExecutor<'_>,
     id: i64,
@@ -92,6 +95,7 @@ pub async fn find_by_id(
 }
 
 /// Every operator, active first, then by email.
+#[tracing::instrument(skip_all)]
 pub async fn list(db: impl PgExecutor<'_>) -> Result<Vec<OperatorRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM operators ORDER BY disabled_at IS NOT NULL, email"
@@ -100,6 +104,7 @@ pub async fn list(db: impl PgExecutor<'_>) -> Result<Vec<OperatorRow>, sqlx::Err
     .await
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM operators")
         .fetch_one(db)
@@ -107,6 +112,7 @@ pub async fn count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
 }
 
 /// Active admins other than `except`: an admin change must leave at least one.
+#[tracing::instrument(skip_all)]
 pub async fn count_other_active_admins(
     db: impl PgExecutor<'_>,
     except: i64,
@@ -119,6 +125,7 @@ pub async fn count_other_active_admins(
     .await
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn set_role(db: impl PgExecutor<'_>, id: i64, role: Role) -> Result<bool, sqlx::Error> {
     let done = sqlx::query("UPDATE operators SET role = $2 WHERE id = $1")
         .bind(id)
@@ -128,6 +135,7 @@ pub async fn set_role(db: impl PgExecutor<'_>, id: i64, role: Role) -> Result<bo
     Ok(done.rows_affected() == 1)
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn set_disabled(
     db: impl PgExecutor<'_>,
     id: i64,
@@ -144,6 +152,7 @@ pub async fn set_disabled(
     Ok(done.rows_affected() == 1)
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn set_password_hash(
     db: impl PgExecutor<'_>,
     id: i64,

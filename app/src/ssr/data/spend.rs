@@ -9,6 +9,7 @@ use sqlx::{types::Json, PgPool};
 use uuid::Uuid;
 
 use super::audit::AuditEntry;
+use crate::domain::{BillingPeriod, Cents, Currency};
 
 /// The outcome of trying to reserve an amount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +43,11 @@ pub enum Reserved {
         earlier_state: String,
     },
     /// Reserving would take spent + reserved over the cap.
-    OverCap { cap: i64, spent: i64, reserved: i64 },
+    OverCap {
+        cap: Cents,
+        spent: Cents,
+        reserved: Cents,
+    },
     /// The key was revoked or expired since it was checked.
     KeyUnusable,
 }
@@ -53,7 +58,7 @@ pub enum Reserved {
 pub struct ReserveCall {
     pub key: i64,
     pub request: Uuid,
-    pub amount: i64,
+    pub amount: Cents,
     pub idempotency_key: Option<String>,
     /// The request's fingerprint in hex (see the proxy's `Params::fingerprint`).
     pub fingerprint: String,
@@ -61,8 +66,8 @@ pub struct ReserveCall {
     pub path: String,
     pub stripe_customer: Option<String>,
     pub metadata_customer_id: Option<String>,
-    pub billing_period: String,
-    pub currency: Option<String>,
+    pub billing_period: BillingPeriod,
+    pub currency: Currency,
     /// The payment intent whose amount this call raises (an update).
     pub payment_intent: Option<String>,
     /// The form body and Stripe-Version as sent: kept for calls with an
@@ -81,15 +86,54 @@ struct ReserveOutcome {
     call_position: i64,
     outcome: String,
     reservation_id: Option<i64>,
-    cap: Option<i64>,
-    spent: Option<i64>,
-    reserved: Option<i64>,
+    cap: Option<Cents>,
+    spent: Option<Cents>,
+    reserved: Option<Cents>,
     earlier_charge: Option<String>,
     earlier_state: Option<String>,
 }
 
+impl ReserveOutcome {
+    /// What the row says, or an error naming what no outcome can be.
+    fn read(self) -> Result<Reserved, sqlx::Error> {
+        let position = self.call_position;
+        let broken = |what: &str| {
+            sqlx::Error::Protocol(format!(
+                "reserve_spend_many answered call {position} with {what}"
+            ))
+        };
+        Ok(match (self.outcome.as_str(), self.reservation_id) {
+            ("reserved", Some(reservation_id)) => Reserved::New {
+                reservation_id,
+                duplicate_of: self.earlier_charge,
+            },
+            ("replay", _) => Reserved::Replay,
+            ("retry_unknown", Some(reservation_id)) => Reserved::RetryUnknown { reservation_id },
+            ("in_flight", _) => Reserved::InFlight,
+            ("idempotency_mismatch", _) => Reserved::IdempotencyMismatch,
+            ("duplicate", _) => Reserved::Duplicate {
+                earlier_state: self
+                    .earlier_state
+                    .ok_or_else(|| broken("a duplicate without its earlier state"))?,
+                earlier_charge: self.earlier_charge,
+            },
+            ("over_cap", _) => match (self.cap, self.spent, self.reserved) {
+                (Some(cap), Some(spent), Some(reserved)) => Reserved::OverCap {
+                    cap,
+                    spent,
+                    reserved,
+                },
+                _ => return Err(broken("over_cap without the key's figures")),
+            },
+            ("unusable", _) => Reserved::KeyUnusable,
+            (other, _) => return Err(broken(&format!("the outcome {other:?}"))),
+        })
+    }
+}
+
 /// Reserves for many calls in one statement and one commit (see
 /// reserve_spend_many in the migrations); one outcome per call, in order.
+#[tracing::instrument(skip_all)]
 pub async fn reserve_many(
     pool: &PgPool,
     calls: &[ReserveCall],
@@ -98,34 +142,32 @@ pub async fn reserve_many(
         .bind(Json(calls))
         .fetch_all(pool)
         .await?;
-    let mut outcomes = vec![Reserved::KeyUnusable; calls.len()];
+    // Exactly one outcome per call: anything else is a broken statement,
+    // never a refusal made up here.
+    let mut outcomes: Vec<Option<Reserved>> = vec![None; calls.len()];
     for row in rows {
-        let slot = usize::try_from(row.call_position - 1)
+        let position = row.call_position;
+        let slot = usize::try_from(position - 1)
             .ok()
-            .and_then(|i| outcomes.get_mut(i));
-        let Some(slot) = slot else { continue };
-        *slot = match (row.outcome.as_str(), row.reservation_id) {
-            ("reserved", Some(reservation_id)) => Reserved::New {
-                reservation_id,
-                duplicate_of: row.earlier_charge,
-            },
-            ("replay", _) => Reserved::Replay,
-            ("retry_unknown", Some(reservation_id)) => Reserved::RetryUnknown { reservation_id },
-            ("in_flight", _) => Reserved::InFlight,
-            ("idempotency_mismatch", _) => Reserved::IdempotencyMismatch,
-            ("duplicate", _) => Reserved::Duplicate {
-                earlier_charge: row.earlier_charge,
-                earlier_state: row.earlier_state.unwrap_or_default(),
-            },
-            ("over_cap", _) => Reserved::OverCap {
-                cap: row.cap.unwrap_or_default(),
-                spent: row.spent.unwrap_or_default(),
-                reserved: row.reserved.unwrap_or_default(),
-            },
-            _ => Reserved::KeyUnusable,
-        };
+            .and_then(|i| outcomes.get_mut(i))
+            .filter(|slot| slot.is_none())
+            .ok_or_else(|| {
+                sqlx::Error::Protocol(format!(
+                    "reserve_spend_many answered call {position} of {} twice or out of range",
+                    calls.len()
+                ))
+            })?;
+        *slot = Some(row.read()?);
     }
-    Ok(outcomes)
+    outcomes
+        .into_iter()
+        .enumerate()
+        .map(|(i, outcome)| {
+            outcome.ok_or_else(|| {
+                sqlx::Error::Protocol(format!("reserve_spend_many gave call {} no outcome", i + 1))
+            })
+        })
+        .collect()
 }
 
 /// How a forwarded call ended, for its reservation.
@@ -172,20 +214,21 @@ impl CallRecord {
 }
 
 /// What a payment intent took in the end (`keep_cents`; 0 when cancelled).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IntentRelease {
     pub intent: String,
-    pub keep_cents: i64,
+    pub keep_cents: Cents,
 }
 
 /// What `key` has metered for payment intent `intent` (created or raised
 /// under it, less what was given back); `None` when no call under this key
 /// made or raised it.
+#[tracing::instrument(skip_all)]
 pub async fn intent_metered(
     pool: &PgPool,
     key: i64,
     intent: &str,
-) -> Result<Option<i64>, sqlx::Error> {
+) -> Result<Option<Cents>, sqlx::Error> {
     sqlx::query_scalar("SELECT intent_metered($1, $2)")
         .bind(key)
         .bind(intent)
@@ -196,6 +239,7 @@ pub async fn intent_metered(
 /// Settles the calls' reservations and appends their audit rows, for many
 /// calls in one statement and one commit (see record_calls in the
 /// migrations): a call's settlement and its audit row commit together.
+#[tracing::instrument(skip_all)]
 pub async fn record_many(pool: &PgPool, calls: &[CallRecord]) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT record_calls($1)")
         .bind(Json(calls))
@@ -209,6 +253,7 @@ pub async fn record_many(pool: &PgPool, calls: &[CallRecord]) -> Result<(), sqlx
 /// unknown and written to the audit log, so nothing silently vanishes (a
 /// negative grace also takes calls still within it: for a run that is
 /// over). Rows someone holds are skipped. Returns how many.
+#[tracing::instrument(skip_all)]
 pub async fn sweep_abandoned(pool: &PgPool, grace_secs: i64) -> Result<u64, sqlx::Error> {
     let swept: i64 = sqlx::query_scalar(
         "WITH abandoned AS (
@@ -245,6 +290,7 @@ pub struct UnknownOutcomes {
 /// reserved. Only calls made at least ten minutes before `synced_from` (when
 /// the sync started) are looked at, so Stripe has had time to show the
 /// charge.
+#[tracing::instrument(skip_all)]
 pub async fn settle_unknown(
     tx: &mut sqlx::PgConnection,
     period: &str,

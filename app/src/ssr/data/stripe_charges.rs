@@ -4,6 +4,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
+use crate::domain::BillingPeriod;
+
 /// A charge as Stripe listed it, reduced to what reconciliation compares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncedCharge {
@@ -58,6 +60,7 @@ const SYNC_COLUMNS: &str = "id, billing_period, created_from, created_to, starte
     cursor, pages, charges_seen, error, intents_cursor, intents_seen, intents_done";
 
 /// The period's unfinished sync (to resume), or a new one for the range.
+#[tracing::instrument(skip_all)]
 pub async fn start_or_resume(
     db: &mut PgConnection,
     period: &str,
@@ -92,6 +95,7 @@ pub async fn start_or_resume(
 /// Stores charges as Stripe reported them: new ones inserted, known ones
 /// refreshed. A charge without the billing job's metadata takes its
 /// payment intent's (Stripe keeps it there).
+#[tracing::instrument(skip_all)]
 pub async fn upsert(db: &mut PgConnection, charges: &[SyncedCharge]) -> Result<(), sqlx::Error> {
     let column = |f: fn(&SyncedCharge) -> Option<String>| charges.iter().map(f).collect::<Vec<_>>();
     sqlx::query(
@@ -128,6 +132,7 @@ pub async fn upsert(db: &mut PgConnection, charges: &[SyncedCharge]) -> Result<(
 
 /// Stores one page of charges and moves the sync past it, in one
 /// transaction: an interrupted sync resumes after the last page stored.
+#[tracing::instrument(skip_all)]
 pub async fn store_page(
     tx: &mut PgConnection,
     sync: i64,
@@ -151,6 +156,7 @@ pub async fn store_page(
 
 /// Stores one page of payment intents and moves the sync's intent cursor
 /// past it, in one transaction (like [`store_page`]).
+#[tracing::instrument(skip_all)]
 pub async fn store_intent_page(
     tx: &mut PgConnection,
     sync: i64,
@@ -193,6 +199,7 @@ pub async fn store_intent_page(
 }
 
 /// Records why a sync stopped early; it resumes from its cursor next time.
+#[tracing::instrument(skip_all)]
 pub async fn record_error(
     db: impl PgExecutor<'_>,
     sync: i64,
@@ -207,6 +214,7 @@ pub async fn record_error(
 }
 
 /// The period's latest sync that ran to the end.
+#[tracing::instrument(skip_all)]
 pub async fn last_finished(
     db: impl PgExecutor<'_>,
     period: &str,
@@ -221,7 +229,11 @@ pub async fn last_finished(
 }
 
 /// The period's latest sync, finished or not.
-pub async fn last(db: impl PgExecutor<'_>, period: &str) -> Result<Option<SyncRow>, sqlx::Error> {
+#[tracing::instrument(skip_all)]
+pub async fn last(
+    db: impl PgExecutor<'_>,
+    period: BillingPeriod,
+) -> Result<Option<SyncRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {SYNC_COLUMNS} FROM stripe_syncs WHERE billing_period = $1 ORDER BY id DESC LIMIT 1"
     ))

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder, Row};
 
 use crate::domain::{
-    BillingPeriod, Cents, Currency, KeyFilter, KeySort, KeyStatus, KeySummary, ParseError,
+    BillingPeriod, Cents, Currency, DuplicatePolicy, KeyFilter, KeySort, KeyStatus, KeySummary,
     PeriodTotals,
 };
 
@@ -14,13 +14,13 @@ pub struct VaultKeyRow {
     pub id: i64,
     pub label: String,
     pub secret_prefix: String,
-    pub billing_period: String,
-    pub currency: String,
-    pub expected_total_cents: i64,
+    pub billing_period: BillingPeriod,
+    pub currency: Currency,
+    pub expected_total_cents: Cents,
     pub buffer_bps: i32,
-    pub cap_cents: i64,
-    pub spent_cents: i64,
-    pub reserved_cents: i64,
+    pub cap_cents: Cents,
+    pub spent_cents: Cents,
+    pub reserved_cents: Cents,
     pub allowed_endpoints: Vec<String>,
     pub expires_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
@@ -29,20 +29,14 @@ pub struct VaultKeyRow {
     pub created_at: DateTime<Utc>,
     /// Set on a follow-on key issued for a cap increase.
     pub parent_key_id: Option<i64>,
-    /// What the proxy does with a second charge for a customer and period:
-    /// `off`, `flag` or `block` ([`crate::domain::DuplicatePolicy`]).
-    pub duplicate_policy: String,
+    /// What the proxy does with a second charge for a customer and period.
+    pub duplicate_policy: DuplicatePolicy,
     /// The connected account (`acct_…`) every call must name in
     /// `Stripe-Account`; none: the platform account, and no call may name one.
     pub stripe_account: Option<String>,
 }
 
 impl VaultKeyRow {
-    /// The key's duplicate guard (the column's CHECK admits only these).
-    pub fn guard(&self) -> crate::domain::DuplicatePolicy {
-        crate::domain::DuplicatePolicy::parse(&self.duplicate_policy).unwrap_or_default()
-    }
-
     /// Revoked, expired or active: derived, never stored.
     pub fn status(&self, now: DateTime<Utc>) -> KeyStatus {
         if self.revoked_at.is_some() {
@@ -55,21 +49,21 @@ impl VaultKeyRow {
     }
 
     /// The key as the console lists it.
-    pub fn summary(&self, now: DateTime<Utc>) -> Result<KeySummary, ParseError> {
-        Ok(KeySummary {
+    pub fn summary(&self, now: DateTime<Utc>) -> KeySummary {
+        KeySummary {
             id: self.id,
             label: self.label.clone(),
             secret_prefix: self.secret_prefix.clone(),
-            billing_period: self.billing_period.clone(),
-            currency: Currency::parse(&self.currency)?,
-            expected_total: Cents(self.expected_total_cents),
-            cap: Cents(self.cap_cents),
-            spent: Cents(self.spent_cents),
-            reserved: Cents(self.reserved_cents),
+            billing_period: self.billing_period,
+            currency: self.currency.clone(),
+            expected_total: self.expected_total_cents,
+            cap: self.cap_cents,
+            spent: self.spent_cents,
+            reserved: self.reserved_cents,
             status: self.status(now),
             expires_at: self.expires_at,
             thresholds_pct: self.alert_thresholds_pct.clone(),
-        })
+        }
     }
 }
 
@@ -82,17 +76,15 @@ pub struct NewKeyRow<'a> {
     pub secret_hash: &'a [u8],
     pub secret_prefix: &'a str,
     pub label: &'a str,
-    /// `2026-07`.
-    pub billing_period: String,
-    pub currency: &'a str,
-    pub expected_total_cents: i64,
+    pub billing_period: BillingPeriod,
+    pub currency: &'a Currency,
+    pub expected_total_cents: Cents,
     pub buffer_bps: i32,
-    pub cap_cents: i64,
+    pub cap_cents: Cents,
     pub allowed_endpoints: &'a [String],
     pub expires_at: DateTime<Utc>,
     pub alert_thresholds_pct: &'a [i16],
-    /// `off`, `flag` or `block`.
-    pub duplicate_policy: &'a str,
+    pub duplicate_policy: DuplicatePolicy,
     pub stripe_account: Option<&'a str>,
     pub created_by: Option<i64>,
     pub created_by_token: Option<i64>,
@@ -100,6 +92,7 @@ pub struct NewKeyRow<'a> {
     pub parent_key_id: Option<i64>,
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn insert(
     db: impl PgExecutor<'_>,
     key: &NewKeyRow<'_>,
@@ -114,7 +107,7 @@ pub async fn insert(
     .bind(key.secret_hash)
     .bind(key.secret_prefix)
     .bind(key.label)
-    .bind(&key.billing_period)
+    .bind(key.billing_period)
     .bind(key.currency)
     .bind(key.expected_total_cents)
     .bind(key.buffer_bps)
@@ -131,6 +124,7 @@ pub async fn insert(
     .await
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn set_duplicate_policy(
     db: impl PgExecutor<'_>,
     id: i64,
@@ -147,6 +141,7 @@ pub async fn set_duplicate_policy(
 
 /// Live keys (not revoked, not expired) with `label`, ignoring case and
 /// surrounding spaces: (id, billing period), at most five.
+#[tracing::instrument(skip_all)]
 pub async fn live_with_label(
     db: impl PgExecutor<'_>,
     label: &str,
@@ -161,6 +156,7 @@ pub async fn live_with_label(
     .await
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn find_by_secret_hash(
     db: impl PgExecutor<'_>,
     hash: &[u8],
@@ -173,6 +169,7 @@ pub async fn find_by_secret_hash(
     .await
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<VaultKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {COLUMNS} FROM vault_keys WHERE id = $1"))
         .bind(id)
@@ -182,6 +179,7 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<VaultKeyRow
 
 /// The key, locked for the rest of the transaction, so that changes to its
 /// cap are made one after the other.
+#[tracing::instrument(skip_all)]
 pub async fn lock(
     tx: &mut sqlx::PgConnection,
     id: i64,
@@ -195,6 +193,7 @@ pub async fn lock(
 }
 
 /// Keys newest first, at most `limit`.
+#[tracing::instrument(skip_all)]
 pub async fn list(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<VaultKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM vault_keys ORDER BY created_at DESC, id DESC LIMIT $1"
@@ -206,6 +205,7 @@ pub async fn list(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<VaultKeyRow
 
 /// One page of the keys matching `filter`, in its order, and how many
 /// match in all.
+#[tracing::instrument(skip_all)]
 pub async fn list_filtered(
     pool: &PgPool,
     filter: &KeyFilter,
@@ -273,6 +273,7 @@ fn push_filter(query: &mut QueryBuilder<'_, Postgres>, filter: &KeyFilter) {
 }
 
 /// The period's keys that spent most, most first (only keys that spent).
+#[tracing::instrument(skip_all)]
 pub async fn top_spenders(
     db: impl PgExecutor<'_>,
     period: BillingPeriod,
@@ -289,6 +290,7 @@ pub async fn top_spenders(
 }
 
 /// Billing periods that have keys, newest first.
+#[tracing::instrument(skip_all)]
 pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar("SELECT DISTINCT billing_period FROM vault_keys ORDER BY 1 DESC")
         .fetch_all(db)
@@ -296,6 +298,7 @@ pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error
 }
 
 /// Revokes a key that is not revoked yet; `None` if it was (or is missing).
+#[tracing::instrument(skip_all)]
 pub async fn revoke(
     db: impl PgExecutor<'_>,
     id: i64,
@@ -314,6 +317,7 @@ pub async fn revoke(
 }
 
 /// Totals of a period's keys, one row per currency.
+#[tracing::instrument(skip_all)]
 pub async fn period_totals(
     db: impl PgExecutor<'_>,
     period: BillingPeriod,
@@ -359,6 +363,7 @@ pub struct KeyWithPeople {
     pub revoked_by: Option<String>,
 }
 
+#[tracing::instrument(skip_all)]
 pub async fn find_with_people(
     db: impl PgExecutor<'_>,
     id: i64,

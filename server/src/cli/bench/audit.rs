@@ -122,14 +122,14 @@ async fn filters(pool: &PgPool) -> anyhow::Result<Vec<(&'static str, String)>> {
         ("Stripe status 402", "status=402".into()),
         (
             "amount 100.00 to 120.00",
-            "min_amount=100&max_amount=120".into(),
+            "currency=usd&min_amount=100&max_amount=120".into(),
         ),
         ("idempotency key", format!("idempotency_key={idempotency}")),
         ("Stripe object", format!("object={object}")),
         ("last 7 days", format!("from={week_ago}")),
         (
             "period + any refusal + amount",
-            format!("period={period}&decision=refused&min_amount=100"),
+            format!("period={period}&decision=refused&currency=usd&min_amount=100"),
         ),
     ])
 }
@@ -164,7 +164,7 @@ async fn time_page(
 
 /// The position `DEPTH` rows down the filtered order, if there are that many.
 async fn deep_cursor(pool: &PgPool, query: &str) -> anyhow::Result<Option<String>> {
-    let filter = parse(query)?.parse()?;
+    let filter = AuditQuery::from_pairs(form_urlencoded::parse(query.as_bytes())).parse()?;
     let mut sql = QueryBuilder::<Postgres>::new("SELECT a.at, a.id FROM audit_log a");
     app::ssr::data::audit::push_filter(&mut sql, &filter);
     sql.push(" ORDER BY a.at DESC, a.id DESC OFFSET ")
@@ -173,29 +173,6 @@ async fn deep_cursor(pool: &PgPool, query: &str) -> anyhow::Result<Option<String
     let row: Option<(chrono::DateTime<chrono::Utc>, i64)> =
         sql.build_query_as().fetch_optional(pool).await?;
     Ok(row.map(|(at, id)| app::domain::Position { at, id }.encode()))
-}
-
-fn parse(query: &str) -> anyhow::Result<AuditQuery> {
-    let mut parsed = AuditQuery::default();
-    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
-        let value = Some(value.into_owned());
-        match name.as_ref() {
-            "key" => parsed.key = value,
-            "period" => parsed.period = value,
-            "customer" => parsed.customer = value,
-            "customer_id" => parsed.customer_id = value,
-            "endpoint" => parsed.endpoint = value,
-            "decision" => parsed.decision = value,
-            "status" => parsed.status = value,
-            "min_amount" => parsed.min_amount = value,
-            "max_amount" => parsed.max_amount = value,
-            "idempotency_key" => parsed.idempotency_key = value,
-            "object" => parsed.object = value,
-            "from" => parsed.from = value,
-            _ => {}
-        }
-    }
-    Ok(parsed)
 }
 
 /// Exports about `rows` rows through the server and through psql's COPY.
