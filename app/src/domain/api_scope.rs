@@ -3,7 +3,7 @@ use std::{fmt, str::FromStr};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::ParseError;
+use super::{Cents, ParseError};
 
 /// What an API token may do. A token holds only the scopes it was given:
 /// a billing job that creates its period's key needs `keys:create` and
@@ -135,13 +135,13 @@ pub fn parse_token_days(text: &str) -> Result<i64, ParseError> {
 
 /// The largest cap a token may have issued without an approver, in minor
 /// units, from what a person typed (empty: no ceiling beyond the policy).
-pub fn parse_token_ceiling(text: &str) -> Result<Option<i64>, ParseError> {
+pub fn parse_token_ceiling(text: &str) -> Result<Option<Cents>, ParseError> {
     let text = text.trim().replace([',', '_'], "");
     if text.is_empty() {
         return Ok(None);
     }
     match text.parse::<i64>() {
-        Ok(cents) if cents > 0 => Ok(Some(cents)),
+        Ok(cents) if cents > 0 => Ok(Some(Cents(cents))),
         _ => Err(ParseError::new(format!(
             "the largest cap is a positive whole number of minor units (cents), not `{text}`"
         ))),
@@ -162,7 +162,7 @@ pub struct ApiTokenSummary {
     pub last_used_at: Option<DateTime<Utc>>,
     /// The largest cap it may have issued without an approver, in minor
     /// units of the key's currency.
-    pub max_cap_cents: Option<i64>,
+    pub max_cap_cents: Option<Cents>,
     pub status: TokenStatus,
 }
 

@@ -417,7 +417,7 @@ pub struct AuditCall {
     pub path: String,
     pub stripe_customer: Option<String>,
     pub metadata_customer_id: Option<String>,
-    pub billing_period: Option<String>,
+    pub billing_period: Option<BillingPeriod>,
     pub amount: Option<Cents>,
     pub currency: Option<Currency>,
     pub idempotency_key: Option<String>,

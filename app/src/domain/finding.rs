@@ -176,6 +176,7 @@ impl Finding {
 
 /// Open findings of one kind in one currency, and the money at risk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct FindingTotal {
     pub kind: FindingKind,
     pub currency: Currency,
@@ -252,9 +253,9 @@ impl SyncState {
 pub struct ReconciliationView {
     /// The query string of the page's filters, for the CSV export's link.
     pub export_query: String,
-    pub period: String,
+    pub period: BillingPeriod,
     /// Periods with synced charges or billing records, newest first.
-    pub periods: Vec<String>,
+    pub periods: Vec<BillingPeriod>,
     pub sync: SyncState,
     /// Why this server cannot sync from Stripe at all (no secret key), if so.
     pub sync_unavailable: Option<String>,
@@ -293,8 +294,10 @@ pub struct EvidenceCharge {
 
 /// The billing job's row for the finding's customer and period.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct EvidenceRecord {
     pub charge_id: Option<String>,
+    #[cfg_attr(feature = "ssr", sqlx(rename = "amount_cents"))]
     pub amount: Cents,
     pub currency: Currency,
     pub status: String,
@@ -305,6 +308,7 @@ pub struct EvidenceRecord {
 /// A proxy call for the finding's customer and period, or for one of its
 /// charges.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct EvidenceCall {
     /// The audit row.
     pub id: i64,
@@ -313,6 +317,7 @@ pub struct EvidenceCall {
     pub method: String,
     pub path: String,
     pub idempotency_key: Option<String>,
+    #[cfg_attr(feature = "ssr", sqlx(rename = "amount_cents"))]
     pub amount: Option<Cents>,
     pub decision: super::Decision,
     pub upstream_status: Option<i16>,
@@ -404,7 +409,7 @@ impl BulkAction {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BulkPreview {
     pub action: BulkAction,
-    pub period: String,
+    pub period: BillingPeriod,
     /// The page's kind filter.
     pub kind: Option<FindingKind>,
     /// The page's customer search.

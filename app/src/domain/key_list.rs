@@ -245,12 +245,14 @@ pub struct DecisionCount {
 
 /// One audited call, as a key's page lists its latest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct CallSummary {
     pub id: i64,
     pub at: DateTime<Utc>,
     pub method: String,
     pub path: String,
     pub customer: Option<String>,
+    #[cfg_attr(feature = "ssr", sqlx(rename = "amount_cents"))]
     pub amount: Option<Cents>,
     pub decision: super::Decision,
     pub upstream_status: Option<i16>,

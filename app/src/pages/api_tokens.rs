@@ -132,7 +132,7 @@ fn TokenRow(token: ApiTokenSummary) -> impl IntoView {
                     {token.scopes.iter().map(|scope| view! { <li><code>{scope.as_str()}</code></li> }).collect_view()}
                 </ul>
                 {token.max_cap_cents.map(|cents| view! {
-                    <div class="hint">{format!("keys up to {} (minor units) without an approver", group_thousands(cents.unsigned_abs()))}</div>
+                    <div class="hint">{format!("keys up to {} (minor units) without an approver", group_thousands(cents.0.unsigned_abs()))}</div>
                 })}
             </td>
             <td><span class=status_class>{token.status.as_str()}</span></td>

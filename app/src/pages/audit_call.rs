@@ -78,7 +78,7 @@ fn CallDetail(detail: AuditCallDetail) -> impl IntoView {
                 <div><dt>"Stripe customer"</dt><dd>{or_dash(&call.stripe_customer)}</dd></div>
                 <div><dt>"Billing period"</dt><dd>{format!(
                     "{} (metadata: {})",
-                    or_dash(&call.billing_period),
+                    call.billing_period.map(|p| p.to_string()).unwrap_or_else(dash),
                     or_dash(&detail.metadata_billing_period)
                 )}</dd></div>
                 <div><dt>"Idempotency key"</dt><dd><code>{or_dash(&call.idempotency_key)}</code></dd></div>

@@ -47,7 +47,7 @@ pub fn BulkResolvePage() -> impl IntoView {
 
 #[component]
 fn Preview(preview: BulkPreview) -> impl IntoView {
-    let period = preview.period.clone();
+    let period = preview.period.to_string();
     let back = format!("/reconciliation?{}", preview.back_query);
     let scope = if preview.customer.is_empty() {
         String::new()

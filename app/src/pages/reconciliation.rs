@@ -50,7 +50,7 @@ pub fn ReconciliationPage() -> impl IntoView {
 
 #[component]
 fn Reconciliation(data: ReconciliationView, can_act: bool) -> impl IntoView {
-    let period = data.period.clone();
+    let period = data.period.to_string();
     view! {
         <form class="filters" method="get" action="/reconciliation">
             <div class="field">
@@ -100,7 +100,7 @@ const SYNC_REFRESH_SECS: &str = "2";
 /// the reason it cannot and what to do instead.
 #[component]
 fn SyncPanel(data: ReconciliationView, can_act: bool) -> impl IntoView {
-    let period = data.period.clone();
+    let period = data.period.to_string();
     let (text, again) = match &data.sync {
         SyncState::Never => (
             format!("{period} has never been synced from Stripe, so no findings can show yet."),
@@ -187,7 +187,7 @@ fn BulkPanel(data: ReconciliationView) -> impl IntoView {
         .collect();
     view! {
         <form class="panel form-inline bulk-panel" method="get" action="/reconciliation/bulk" aria-label="Bulk resolution">
-            <input type="hidden" name="period" value=data.period.clone()/>
+            <input type="hidden" name="period" value=data.period.to_string()/>
             <input type="hidden" name="kind" value=data.kind.map(|k| k.as_str()).unwrap_or("all")/>
             <input type="hidden" name="customer" value=data.customer.clone()/>
             <div class="field">

@@ -12,9 +12,7 @@ pub async fn get_reconciliation(
     customer: Option<String>,
 ) -> Result<ReconciliationView, AppError> {
     use crate::{
-        domain::{
-            Cents, Currency, FindingFilter, FindingKind, FindingTotal, Role, SyncState, SyncSummary,
-        },
+        domain::{FindingFilter, Role, SyncState, SyncSummary},
         ssr::{
             self,
             data::{findings, stripe_charges},
@@ -30,7 +28,6 @@ pub async fn get_reconciliation(
     )?;
     let state = expect_context::<ssr::AppState>();
     let pool = &state.pool;
-    let name = filter.period.to_string();
     let last_sync = stripe_charges::last(pool, filter.period)
         .await?
         .map(|s| SyncSummary {
@@ -41,23 +38,12 @@ pub async fn get_reconciliation(
             intents_seen: s.intents_seen,
             error: s.error,
         });
-    let totals = findings::totals(pool, &name)
-        .await?
-        .into_iter()
-        .filter_map(|(kind, currency, open, at_risk)| {
-            Some(FindingTotal {
-                kind: FindingKind::parse(&kind)?,
-                currency: Currency::parse(&currency).ok()?,
-                open,
-                at_risk: Cents(at_risk),
-            })
-        })
-        .collect();
+    let totals = findings::totals(pool, filter.period).await?;
     Ok(ReconciliationView {
         findings: findings::list(pool, &filter, 500).await?,
         periods: findings::periods(pool).await?,
         export_query: filter.query(),
-        period: name,
+        period: filter.period,
         sync: SyncState::of(last_sync, chrono::Utc::now()),
         sync_unavailable: (!state.stripe_configured).then(|| {
             "this server has no Stripe secret key: start vaultcap serve with STRIPE_SECRET_KEY set"
@@ -141,7 +127,7 @@ pub async fn preview_bulk(
         totals: crate::domain::at_risk_by_currency(&found),
         action,
         left_over: open - found.len() as i64,
-        period: filter.period.to_string(),
+        period: filter.period,
         kind,
         customer: filter.customer.clone().unwrap_or_default(),
         back_query: shown.query(),

@@ -133,8 +133,8 @@ pub async fn request(
         &mut tx,
         &NewRequest {
             key: key_id,
-            from_cap_cents: granted.0,
-            to_cap_cents: to_cap.0,
+            from_cap_cents: granted,
+            to_cap_cents: to_cap,
             apply_as: ask.apply_as,
             reason,
             origin: &ask.origin,

@@ -125,7 +125,7 @@ pub async fn issue_or_request(
             row.label, row.billing_period
         )));
     }
-    let id = key_requests::insert(&mut *tx, &row, &over_policy, policy_cap.0, expires_at).await?;
+    let id = key_requests::insert(&mut *tx, &row, &over_policy, policy_cap, expires_at).await?;
     actions::record(
         &mut *tx,
         actor,

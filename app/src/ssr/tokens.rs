@@ -13,7 +13,10 @@ use super::{
     },
     secrets::Secret,
 };
-use crate::{domain::ApiScope, error::AppError};
+use crate::{
+    domain::{ApiScope, Cents},
+    error::AppError,
+};
 
 /// A token just made: its id and the secret, shown once.
 pub struct Created {
@@ -27,7 +30,7 @@ pub async fn create(
     name: &str,
     scopes: &[ApiScope],
     days: i64,
-    max_cap_cents: Option<i64>,
+    max_cap_cents: Option<Cents>,
 ) -> Result<Created, AppError> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 200 {

@@ -22,13 +22,12 @@ use app::{
 /// asked about them (`jobs::unknown_outcomes`) or a person decides.
 #[tracing::instrument(skip_all)]
 pub async fn detect(pool: &PgPool, period: BillingPeriod) -> Result<Detected, DetectError> {
-    let name = period.to_string();
-    let Some(sync) = stripe_charges::last_finished(pool, &name).await? else {
+    let Some(sync) = stripe_charges::last_finished(pool, period).await? else {
         return Err(DetectError::NotSynced(period));
     };
     let mut tx = pool.begin().await?;
     let findings = findings::detect(&mut tx, period, Utc::now()).await?;
-    let (unknown, decided) = spend::settle_unknown(&mut tx, &name, sync.started_at).await?;
+    let (unknown, decided) = spend::settle_unknown(&mut tx, period, sync.started_at).await?;
     for (reservation, charge) in decided {
         actions::record(
             &mut *tx,

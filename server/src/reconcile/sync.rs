@@ -17,7 +17,7 @@ use stripe_core::{charge::ListCharge, payment_intent::ListPaymentIntent};
 use stripe_types::{RangeBoundsTs, RangeQueryTs};
 
 use app::{
-    domain::BillingPeriod,
+    domain::{BillingPeriod, Cents},
     ssr::data::stripe_charges::{self, SyncRow, SyncedCharge, SyncedIntent},
 };
 
@@ -106,7 +106,7 @@ async fn run(
     let to = period.ends_at() + options.margin;
     let mut conn = pool.acquire().await?;
     let (mut sync, _resumed) =
-        stripe_charges::start_or_resume(&mut conn, &period.to_string(), from, to).await?;
+        stripe_charges::start_or_resume(&mut conn, period, from, to).await?;
     drop(conn);
     let created = || {
         RangeQueryTs::Bounds(RangeBoundsTs {
@@ -170,12 +170,12 @@ pub fn synced(charge: &stripe_core::Charge) -> SyncedCharge {
         id: charge.id.to_string(),
         payment_intent: charge.payment_intent.as_ref().map(|pi| pi.id().to_string()),
         stripe_customer: charge.customer.as_ref().map(|c| c.id().to_string()),
-        amount_cents: charge.amount,
-        amount_refunded_cents: charge.amount_refunded,
+        amount_cents: Cents(charge.amount),
+        amount_refunded_cents: Cents(charge.amount_refunded),
         currency: charge.currency.to_string(),
         status: charge.status.as_str().to_owned(),
         customer_id: charge.metadata.get("customer_id").cloned(),
-        billing_period: charge.metadata.get("billing_period").cloned(),
+        metadata_period: charge.metadata.get("billing_period").cloned(),
         created_at: Utc
             .timestamp_opt(charge.created, 0)
             .single()
@@ -188,12 +188,12 @@ fn synced_intent(intent: &stripe_core::PaymentIntent) -> SyncedIntent {
     SyncedIntent {
         id: intent.id.to_string(),
         status: intent.status.as_str().to_owned(),
-        amount_cents: intent.amount,
+        amount_cents: Cents(intent.amount),
         currency: intent.currency.to_string(),
         stripe_customer: intent.customer.as_ref().map(|c| c.id().to_string()),
         latest_charge: intent.latest_charge.as_ref().map(|c| c.id().to_string()),
         customer_id: intent.metadata.get("customer_id").cloned(),
-        billing_period: intent.metadata.get("billing_period").cloned(),
+        metadata_period: intent.metadata.get("billing_period").cloned(),
         created_at: Utc
             .timestamp_opt(intent.created, 0)
             .single()

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use crate::domain::{ApiScope, ApiTokenSummary, TokenStatus};
+use crate::domain::{ApiScope, ApiTokenSummary, Cents, TokenStatus};
 
 /// A token about to be stored.
 pub struct NewApiToken<'a> {
@@ -15,7 +15,7 @@ pub struct NewApiToken<'a> {
     /// The operator who made it; `None` from the command line.
     pub created_by: Option<i64>,
     /// The largest cap it may have issued without an approver.
-    pub max_cap_cents: Option<i64>,
+    pub max_cap_cents: Option<Cents>,
 }
 
 #[tracing::instrument(skip_all)]
@@ -133,7 +133,7 @@ struct TokenRow {
     created_by: String,
     expires_at: DateTime<Utc>,
     last_used_at: Option<DateTime<Utc>>,
-    max_cap_cents: Option<i64>,
+    max_cap_cents: Option<Cents>,
     status: String,
 }
 

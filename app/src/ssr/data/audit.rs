@@ -71,7 +71,7 @@ pub async fn latest_for_key(
     key: i64,
     limit: i64,
 ) -> Result<Vec<CallSummary>, sqlx::Error> {
-    let rows: Vec<CallRow> = sqlx::query_as(
+    sqlx::query_as(
         "SELECT id, at, method, path, COALESCE(metadata_customer_id, stripe_customer) AS customer,
                 amount_cents, decision, upstream_status, stripe_object_id
          FROM audit_log WHERE vault_key_id = $1 ORDER BY at DESC, id DESC LIMIT $2",
@@ -79,38 +79,7 @@ pub async fn latest_for_key(
     .bind(key)
     .bind(limit)
     .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().filter_map(CallRow::summary).collect())
-}
-
-#[derive(sqlx::FromRow)]
-struct CallRow {
-    id: i64,
-    at: chrono::DateTime<chrono::Utc>,
-    method: String,
-    path: String,
-    customer: Option<String>,
-    amount_cents: Option<i64>,
-    decision: String,
-    upstream_status: Option<i16>,
-    stripe_object_id: Option<String>,
-}
-
-impl CallRow {
-    /// `None` only for a decision this build does not know (a newer schema).
-    fn summary(self) -> Option<CallSummary> {
-        Some(CallSummary {
-            decision: Decision::parse(&self.decision)?,
-            id: self.id,
-            at: self.at,
-            method: self.method,
-            path: self.path,
-            customer: self.customer,
-            amount: self.amount_cents.map(Cents),
-            upstream_status: self.upstream_status,
-            stripe_object_id: self.stripe_object_id,
-        })
-    }
+    .await
 }
 
 /// The columns of an [`AuditCall`], from `audit_log a` left-joined to
@@ -274,7 +243,7 @@ pub async fn page(
     push_filter(&mut sql, filter);
     keyset::push_page(&mut sql, filter.cursor, filter.limit);
     let rows: Vec<CallListRow> = sql.build_query_as().fetch_all(db).await?;
-    let mut calls: Vec<AuditCall> = rows.into_iter().filter_map(CallListRow::call).collect();
+    let mut calls: Vec<AuditCall> = rows.into_iter().map(CallListRow::call).collect();
     let (newer, older) = keyset::settle(&mut calls, filter.cursor, filter.limit, |c| Position {
         at: c.at,
         id: c.id,
@@ -302,11 +271,12 @@ pub struct CallListRow {
     path: String,
     stripe_customer: Option<String>,
     metadata_customer_id: Option<String>,
-    billing_period: Option<String>,
-    amount_cents: Option<i64>,
+    billing_period: Option<BillingPeriod>,
+    amount_cents: Option<Cents>,
+    /// As the call named it: a refused call's may be no currency at all.
     currency: Option<String>,
     idempotency_key: Option<String>,
-    decision: String,
+    decision: Decision,
     upstream_status: Option<i16>,
     stripe_object_id: Option<String>,
     error_code: Option<String>,
@@ -314,10 +284,11 @@ pub struct CallListRow {
 }
 
 impl CallListRow {
-    /// `None` only for a decision this build does not know.
-    pub fn call(self) -> Option<AuditCall> {
-        Some(AuditCall {
-            decision: Decision::parse(&self.decision)?,
+    /// The call; a currency that is not one (a refused call's junk) shows
+    /// as none, as the amount then has no currency to be read in.
+    pub fn call(self) -> AuditCall {
+        AuditCall {
+            decision: self.decision,
             id: self.id,
             at: self.at,
             vault_key_id: self.vault_key_id,
@@ -328,14 +299,14 @@ impl CallListRow {
             stripe_customer: self.stripe_customer,
             metadata_customer_id: self.metadata_customer_id,
             billing_period: self.billing_period,
-            amount: self.amount_cents.map(Cents),
+            amount: self.amount_cents,
             currency: self.currency.and_then(|c| Currency::parse(&c).ok()),
             idempotency_key: self.idempotency_key,
             upstream_status: self.upstream_status,
             stripe_object_id: self.stripe_object_id,
             error_code: self.error_code,
             latency_ms: self.latency_ms,
-        })
+        }
     }
 }
 
@@ -383,13 +354,11 @@ pub async fn find(
     .bind(id)
     .fetch_optional(db)
     .await?;
-    Ok(row.and_then(|row| {
-        Some(AuditCallDetail {
-            call: row.call.call()?,
-            request_id: row.request_id,
-            metadata_billing_period: row.metadata_billing_period,
-            message: row.message,
-        })
+    Ok(row.map(|row| AuditCallDetail {
+        call: row.call.call(),
+        request_id: row.request_id,
+        metadata_billing_period: row.metadata_billing_period,
+        message: row.message,
     }))
 }
 

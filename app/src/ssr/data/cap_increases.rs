@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::domain::{ApplyAs, CapIncrease};
+use crate::domain::{ApplyAs, CapIncrease, Cents};
 
 /// The SQL that derives a request's state from a `cap_increase_requests`
 /// row aliased `r` and its key aliased `k`.
@@ -155,8 +155,8 @@ pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<CapIncrease>,
 /// A request to insert; the caller has checked it.
 pub struct NewRequest<'a> {
     pub key: i64,
-    pub from_cap_cents: i64,
-    pub to_cap_cents: i64,
+    pub from_cap_cents: Cents,
+    pub to_cap_cents: Cents,
     pub apply_as: ApplyAs,
     pub reason: &'a str,
     pub origin: &'a str,
@@ -175,7 +175,7 @@ pub async fn insert(tx: &mut PgConnection, request: &NewRequest<'_>) -> Result<i
     .bind(request.key)
     .bind(request.from_cap_cents)
     .bind(request.to_cap_cents)
-    .bind(request.apply_as.as_str())
+    .bind(request.apply_as)
     .bind(request.reason)
     .bind(request.origin)
     .bind(request.requested_by)

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::{
-    BillingPeriod, Cents, Currency, Decision, EvidenceCall, EvidenceCharge, EvidenceRecord,
-    Finding, FindingFilter, FindingKind,
+    BillingPeriod, Cents, Currency, EvidenceCall, EvidenceCharge, EvidenceRecord,
+    Finding, FindingFilter, FindingKind, FindingTotal,
 };
 
 /// A live charge: Stripe took the money and has not given all of it back.
@@ -205,10 +205,10 @@ const MATCHES: &str = "f.billing_period = $1 AND ($2::text IS NULL OR f.kind = $
 #[tracing::instrument(skip_all)]
 pub async fn totals(
     db: impl PgExecutor<'_>,
-    period: &str,
-) -> Result<Vec<(String, String, i64, i64)>, sqlx::Error> {
+    period: BillingPeriod,
+) -> Result<Vec<FindingTotal>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT kind, currency, count(*), sum(amount_at_risk_cents)::bigint
+        "SELECT kind, currency, count(*) AS open, sum(amount_at_risk_cents)::bigint AS at_risk
          FROM reconciliation_findings WHERE billing_period = $1 AND resolved_at IS NULL
          GROUP BY kind, currency ORDER BY kind, currency",
     )
@@ -219,7 +219,7 @@ pub async fn totals(
 
 /// Periods with synced charges, findings or billing records, newest first.
 #[tracing::instrument(skip_all)]
-pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
+pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<BillingPeriod>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT billing_period FROM stripe_syncs UNION SELECT billing_period FROM billing_records
          ORDER BY 1 DESC LIMIT 36",
@@ -310,14 +310,14 @@ struct ChargeRow {
     id: String,
     synced: bool,
     created_at: Option<DateTime<Utc>>,
-    amount_cents: Option<i64>,
-    amount_refunded_cents: Option<i64>,
-    currency: Option<String>,
+    amount_cents: Option<Cents>,
+    amount_refunded_cents: Option<Cents>,
+    currency: Option<Currency>,
     status: Option<String>,
     payment_intent: Option<String>,
     stripe_customer: Option<String>,
     customer_id: Option<String>,
-    billing_period: Option<String>,
+    metadata_billing_period: Option<String>,
     idempotency_key: Option<String>,
     key_prefix: Option<String>,
 }
@@ -335,7 +335,8 @@ pub async fn evidence_charges(
              UNION SELECT id FROM stripe_charges WHERE billing_period = $2 AND customer_id = $3
          )
          SELECT ids.id, c.id IS NOT NULL AS synced, c.created_at, c.amount_cents, c.amount_refunded_cents,
-                c.currency, c.status, c.payment_intent, c.stripe_customer, c.customer_id, c.billing_period,
+                c.currency, c.status, c.payment_intent, c.stripe_customer, c.customer_id,
+                c.billing_period AS metadata_billing_period,
                 a.idempotency_key, a.key_prefix
          FROM ids
          LEFT JOIN stripe_charges c ON c.id = ids.id
@@ -359,32 +360,21 @@ pub async fn evidence_charges(
             keeper: finding.keeper_charge_id.as_deref() == Some(row.id.as_str()),
             synced: row.synced,
             created_at: row.created_at,
-            amount: Cents(row.amount_cents.unwrap_or_default()),
-            refunded: Cents(row.amount_refunded_cents.unwrap_or_default()),
-            currency: row
-                .currency
-                .and_then(|c| Currency::parse(&c).ok())
-                .unwrap_or_else(|| fallback.clone()),
+            // A charge the last sync did not see has no amount or currency
+            // from Stripe; the page says it was not synced.
+            amount: row.amount_cents.unwrap_or_default(),
+            refunded: row.amount_refunded_cents.unwrap_or_default(),
+            currency: row.currency.unwrap_or_else(|| fallback.clone()),
             status: row.status,
             payment_intent: row.payment_intent,
             stripe_customer: row.stripe_customer,
             metadata_customer_id: row.customer_id,
-            metadata_billing_period: row.billing_period,
+            metadata_billing_period: row.metadata_billing_period,
             idempotency_key: row.idempotency_key,
             key_prefix: row.key_prefix,
             id: row.id,
         })
         .collect())
-}
-
-#[derive(sqlx::FromRow)]
-struct RecordRow {
-    charge_id: Option<String>,
-    amount_cents: i64,
-    currency: String,
-    status: String,
-    stripe_customer_id: Option<String>,
-    created_at: DateTime<Utc>,
 }
 
 /// The billing record of the finding's customer and period, if any.
@@ -393,37 +383,14 @@ pub async fn evidence_record(
     db: impl PgExecutor<'_>,
     finding: &Finding,
 ) -> Result<Option<EvidenceRecord>, sqlx::Error> {
-    let row: Option<RecordRow> = sqlx::query_as(
+    sqlx::query_as(
         "SELECT charge_id, amount_cents, currency, status, stripe_customer_id, created_at
          FROM billing_records WHERE customer_id = $1 AND billing_period = $2",
     )
     .bind(&finding.customer_id)
     .bind(finding.billing_period)
     .fetch_optional(db)
-    .await?;
-    Ok(row.map(|row| EvidenceRecord {
-        currency: Currency::parse(&row.currency).unwrap_or_else(|_| finding.currency.clone()),
-        charge_id: row.charge_id,
-        amount: Cents(row.amount_cents),
-        status: row.status,
-        stripe_customer_id: row.stripe_customer_id,
-        created_at: row.created_at,
-    }))
-}
-
-#[derive(sqlx::FromRow)]
-struct CallRow {
-    id: i64,
-    at: DateTime<Utc>,
-    key_prefix: Option<String>,
-    method: String,
-    path: String,
-    idempotency_key: Option<String>,
-    amount_cents: Option<i64>,
-    decision: String,
-    upstream_status: Option<i16>,
-    stripe_object_id: Option<String>,
-    message: Option<String>,
+    .await
 }
 
 /// The proxy calls for the finding's customer and period, or that made one
@@ -433,7 +400,7 @@ pub async fn evidence_calls(
     db: impl PgExecutor<'_>,
     finding: &Finding,
 ) -> Result<Vec<EvidenceCall>, sqlx::Error> {
-    let rows: Vec<CallRow> = sqlx::query_as(
+    sqlx::query_as(
         "SELECT id, at, key_prefix, method, path, idempotency_key, amount_cents, decision, upstream_status,
                 stripe_object_id, message
          FROM (SELECT * FROM audit_log WHERE metadata_customer_id = $1 AND billing_period = $2
@@ -444,23 +411,5 @@ pub async fn evidence_calls(
     .bind(finding.billing_period)
     .bind(&finding.charge_ids)
     .fetch_all(db)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|row| {
-            Some(EvidenceCall {
-                decision: Decision::parse(&row.decision)?,
-                id: row.id,
-                at: row.at,
-                key_prefix: row.key_prefix,
-                method: row.method,
-                path: row.path,
-                idempotency_key: row.idempotency_key,
-                amount: row.amount_cents.map(Cents),
-                upstream_status: row.upstream_status,
-                stripe_object_id: row.stripe_object_id,
-                message: row.message,
-            })
-        })
-        .collect())
+    .await
 }

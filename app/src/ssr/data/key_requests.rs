@@ -28,7 +28,7 @@ pub async fn insert(
     db: impl PgExecutor<'_>,
     key: &NewKeyRow<'_>,
     over_policy: &str,
-    policy_cap_cents: i64,
+    policy_cap_cents: Cents,
     expires_at: DateTime<Utc>,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(

@@ -293,7 +293,7 @@ pub struct UnknownOutcomes {
 #[tracing::instrument(skip_all)]
 pub async fn settle_unknown(
     tx: &mut sqlx::PgConnection,
-    period: &str,
+    period: BillingPeriod,
     synced_from: chrono::DateTime<chrono::Utc>,
 ) -> Result<(UnknownOutcomes, Vec<(i64, String)>), sqlx::Error> {
     let unknown: Vec<i64> = sqlx::query_scalar(

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::domain::BillingPeriod;
+use crate::domain::{BillingPeriod, Cents};
 
 /// A charge as Stripe listed it, reduced to what reconciliation compares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,13 +12,15 @@ pub struct SyncedCharge {
     pub id: String,
     pub payment_intent: Option<String>,
     pub stripe_customer: Option<String>,
-    pub amount_cents: i64,
-    pub amount_refunded_cents: i64,
+    pub amount_cents: Cents,
+    pub amount_refunded_cents: Cents,
     pub currency: String,
     pub status: String,
-    /// The billing job's `metadata[customer_id]` and `metadata[billing_period]`.
+    /// The billing job's `metadata[customer_id]` and `metadata[billing_period]`
+    /// as it wrote them: caller text, kept as sent so that junk stays visible
+    /// to reconciliation rather than failing the sync.
     pub customer_id: Option<String>,
-    pub billing_period: Option<String>,
+    pub metadata_period: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -28,12 +30,13 @@ pub struct SyncedCharge {
 pub struct SyncedIntent {
     pub id: String,
     pub status: String,
-    pub amount_cents: i64,
+    pub amount_cents: Cents,
     pub currency: String,
     pub stripe_customer: Option<String>,
     pub latest_charge: Option<String>,
+    /// The billing job's metadata, as on [`SyncedCharge`].
     pub customer_id: Option<String>,
-    pub billing_period: Option<String>,
+    pub metadata_period: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -41,7 +44,7 @@ pub struct SyncedIntent {
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SyncRow {
     pub id: i64,
-    pub billing_period: String,
+    pub billing_period: BillingPeriod,
     pub created_from: DateTime<Utc>,
     pub created_to: DateTime<Utc>,
     pub started_at: DateTime<Utc>,
@@ -63,7 +66,7 @@ const SYNC_COLUMNS: &str = "id, billing_period, created_from, created_to, starte
 #[tracing::instrument(skip_all)]
 pub async fn start_or_resume(
     db: &mut PgConnection,
-    period: &str,
+    period: BillingPeriod,
     created_from: DateTime<Utc>,
     created_to: DateTime<Utc>,
 ) -> Result<(SyncRow, bool), sqlx::Error> {
@@ -118,12 +121,12 @@ pub async fn upsert(db: &mut PgConnection, charges: &[SyncedCharge]) -> Result<(
     .bind(column(|c| Some(c.id.clone())))
     .bind(column(|c| c.payment_intent.clone()))
     .bind(column(|c| c.stripe_customer.clone()))
-    .bind(charges.iter().map(|c| c.amount_cents).collect::<Vec<_>>())
-    .bind(charges.iter().map(|c| c.amount_refunded_cents).collect::<Vec<_>>())
+    .bind(charges.iter().map(|c| c.amount_cents.0).collect::<Vec<_>>())
+    .bind(charges.iter().map(|c| c.amount_refunded_cents.0).collect::<Vec<_>>())
     .bind(column(|c| Some(c.currency.clone())))
     .bind(column(|c| Some(c.status.clone())))
     .bind(column(|c| c.customer_id.clone()))
-    .bind(column(|c| c.billing_period.clone()))
+    .bind(column(|c| c.metadata_period.clone()))
     .bind(charges.iter().map(|c| c.created_at).collect::<Vec<_>>())
     .execute(db)
     .await?;
@@ -176,12 +179,12 @@ pub async fn store_intent_page(
     )
     .bind(column(|i| Some(i.id.clone())))
     .bind(column(|i| Some(i.status.clone())))
-    .bind(intents.iter().map(|i| i.amount_cents).collect::<Vec<_>>())
+    .bind(intents.iter().map(|i| i.amount_cents.0).collect::<Vec<_>>())
     .bind(column(|i| Some(i.currency.clone())))
     .bind(column(|i| i.stripe_customer.clone()))
     .bind(column(|i| i.latest_charge.clone()))
     .bind(column(|i| i.customer_id.clone()))
-    .bind(column(|i| i.billing_period.clone()))
+    .bind(column(|i| i.metadata_period.clone()))
     .bind(intents.iter().map(|i| i.created_at).collect::<Vec<_>>())
     .execute(&mut *tx)
     .await?;
@@ -217,7 +220,7 @@ pub async fn record_error(
 #[tracing::instrument(skip_all)]
 pub async fn last_finished(
     db: impl PgExecutor<'_>,
-    period: &str,
+    period: BillingPeriod,
 ) -> Result<Option<SyncRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {SYNC_COLUMNS} FROM stripe_syncs
