@@ -20,7 +20,10 @@ use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-/// Every column of an audit row, in the order the hash takes them.
+/// Every column of an audit row, in the order the hash takes them. Raw
+/// column values on purpose (text, not the domain types): the verifier
+/// hashes exactly what is stored, so a value someone changed by hand shows
+/// as a broken chain at its row, not as a row that cannot be read.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ChainedRow {
     pub id: i64,

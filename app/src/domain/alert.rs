@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Cents, Currency};
+use super::{Cents, Currency, VaultKeyId};
 
 /// An alert's state, derived from its acknowledgement and snooze.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -34,7 +34,7 @@ impl AlertState {
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct Alert {
     pub id: i64,
-    pub vault_key_id: i64,
+    pub vault_key_id: VaultKeyId,
     pub key_label: String,
     pub currency: Currency,
     pub key_expires_at: DateTime<Utc>,

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Cents, Currency, KeySummary, ParseError};
+use super::{Cents, Currency, KeySummary, ParseError, VaultKeyId};
 
 /// How an approved increase takes effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -75,7 +75,7 @@ impl RequestState {
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct CapIncrease {
     pub id: i64,
-    pub vault_key_id: i64,
+    pub vault_key_id: VaultKeyId,
     pub key_label: String,
     pub currency: Currency,
     /// The key's figures now (not when asked): cap, spent + reserved.
@@ -371,7 +371,7 @@ mod tests {
 
     fn key(spent: i64, reserved: i64, cap: i64) -> KeySummary {
         KeySummary {
-            id: 1,
+            id: VaultKeyId(1),
             label: "run".into(),
             secret_prefix: "vk_x".into(),
             billing_period: "2026-07".parse().unwrap(),

@@ -278,7 +278,7 @@ pub struct KeyDetail {
     /// Every cap increase asked for on this key, newest first.
     pub cap_history: Vec<super::CapIncrease>,
     /// The key this one is a follow-on of.
-    pub parent_key_id: Option<i64>,
+    pub parent_key_id: Option<super::VaultKeyId>,
     /// Cumulative spend against the cap and the expected total, rendered
     /// on the server (an SVG document).
     pub spend_chart_svg: String,

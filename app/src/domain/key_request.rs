@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{BillingPeriod, Cents, Currency, RequestState};
+use super::{BillingPeriod, Cents, Currency, RequestState, VaultKeyId};
 
 /// A vault key asked for beyond policy, waiting for (or past) a second
 /// person's decision. Its secret was shown to the requester when asked and
@@ -32,7 +32,7 @@ pub struct KeyRequest {
     pub decided_by: Option<String>,
     pub decision_note: Option<String>,
     /// The key issued on approval.
-    pub vault_key_id: Option<i64>,
+    pub vault_key_id: Option<VaultKeyId>,
 }
 
 /// What approving a key request does, shown before the approver confirms.

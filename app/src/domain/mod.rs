@@ -15,6 +15,7 @@ mod duplicate_policy;
 mod email;
 mod endpoint;
 mod finding;
+mod ids;
 mod key_draft;
 mod key_list;
 mod key_request;
@@ -47,6 +48,9 @@ pub use finding::{
     at_risk_by_currency, counted, money_text, BulkAction, BulkPreview, EvidenceCall,
     EvidenceCharge, EvidenceRecord, Finding, FindingEvidence, FindingFilter, FindingKind,
     FindingTotal, ReconciliationView, SyncState, SyncSummary, MAX_BULK,
+};
+pub use ids::{
+    AlertId, ApiTokenId, AuditId, CapIncreaseId, FindingId, KeyRequestId, OperatorId, VaultKeyId,
 };
 pub use key_draft::{field_error, FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
 pub use key_list::{
@@ -154,7 +158,7 @@ impl KeyStatus {
 /// A vault key as lists show it (never its secret: only the prefix).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeySummary {
-    pub id: i64,
+    pub id: VaultKeyId,
     pub label: String,
     pub secret_prefix: String,
     pub billing_period: BillingPeriod,
@@ -226,7 +230,7 @@ pub struct SpendChart {
     pub currency: Currency,
     pub svg: String,
     /// (key id, label, CSS colour of its line, spent this period).
-    pub legend: Vec<(i64, String, String, Cents)>,
+    pub legend: Vec<(VaultKeyId, String, String, Cents)>,
     /// The chart's figures, its text alternative: a column per key of the
     /// legend, a row per day that spent anything.
     pub by_day: Vec<DayFigures>,

@@ -4,7 +4,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole, UtilizationMeter},
-    domain::{ApplyAs, CapIncreaseForm, Role},
+    domain::{ApplyAs, CapIncreaseForm, Role, VaultKeyId},
     error::AppError,
     server_fns::get_cap_increase_form,
 };
@@ -18,7 +18,7 @@ pub fn CapIncreasePage() -> impl IntoView {
     let params = use_params_map();
     let query = use_query_map();
     let args = move || {
-        let key = params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()));
+        let key = params.with(|p| p.get("id").and_then(|id| id.parse::<VaultKeyId>().ok()));
         query.with(|q| (key, q.get("origin"), q.get("remaining"), q.get("draft")))
     };
     let form = Resource::new(args, |(key, origin, remaining, draft)| async move {
@@ -41,7 +41,7 @@ pub fn CapIncreasePage() -> impl IntoView {
                         Err(error) => view! {
                             <h1>"Request a cap increase"</h1>
                             <ErrorPanel error/>
-                            <p><a href=move || format!("/keys/{}/cap-increase", args().0.unwrap_or_default())>"Start again from the suggestion"</a></p>
+                            <p><a href=move || format!("/keys/{}/cap-increase", args().0.map_or(0, |key| key.0))>"Start again from the suggestion"</a></p>
                         }.into_any(),
                     }
                 })}

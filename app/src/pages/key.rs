@@ -6,6 +6,7 @@ use crate::{
     components::{utc, Amount, DayFiguresTable, ErrorPanel, RequireRole, UtilizationMeter},
     domain::{
         ApplyAs, Cents, DuplicatePolicy, KeyDetail, KeyStatus, KeySummary, Me, RequestState, Role,
+        VaultKeyId,
     },
     error::AppError,
     server_fns::get_vault_key,
@@ -16,7 +17,7 @@ use crate::{
 #[component]
 pub fn KeyPage() -> impl IntoView {
     let params = use_params_map();
-    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()));
+    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<VaultKeyId>().ok()));
     let detail = Resource::new(id, |id| async move {
         match id {
             Some(id) => get_vault_key(id).await,
@@ -97,7 +98,7 @@ fn capitalized(text: &str) -> String {
 
 /// The key's duplicate guard, changed from the next call on.
 #[component]
-fn PolicyForm(id: i64, policy: DuplicatePolicy) -> impl IntoView {
+fn PolicyForm(id: VaultKeyId, policy: DuplicatePolicy) -> impl IntoView {
     view! {
         <section class="panel" aria-labelledby="guard-heading">
             <h2 id="guard-heading">"Duplicate guard"</h2>

@@ -11,7 +11,7 @@ use crate::{
 /// about; `remaining` is the billing still to come, as typed.
 #[server(endpoint = "get_cap_increase_form")]
 pub async fn get_cap_increase_form(
-    key: i64,
+    key: crate::domain::VaultKeyId,
     origin: Option<String>,
     remaining: Option<String>,
     draft: Option<String>,
@@ -66,7 +66,7 @@ pub async fn get_cap_increase_form(
         Some(typed) => Cents::parse_amount(typed, &currency)
             .map_err(|err| AppError::Invalid(format!("remaining billing: {}", err.0)))?,
     };
-    let granted = Cents(requests::granted_cents(pool, key).await?);
+    let granted = requests::granted_cents(pool, key).await?;
     let buffer_bps = u32::try_from(row.buffer_bps).unwrap_or(0);
     let suggestion = CapSuggestion::new(&summary, granted, buffer_bps, remaining)?;
     let pending = requests::pending_for_key(pool, key).await?;
@@ -139,7 +139,7 @@ pub async fn get_approval_preview(
     note: Option<String>,
 ) -> Result<crate::domain::ApprovalPreview, AppError> {
     use crate::{
-        domain::{ApprovalPreview, Cents, Role},
+        domain::{ApprovalPreview, Role},
         ssr::{
             self, cap_increases,
             data::{cap_increases as requests, vault_keys},
@@ -158,7 +158,7 @@ pub async fn get_approval_preview(
         request,
         expected_total: key.expected_total_cents,
         ceiling: cap_increases::ceiling(&key, &state.cap_increases),
-        granted: Cents(requests::granted_cents(&state.pool, key.id).await?),
+        granted: requests::granted_cents(&state.pool, key.id).await?,
         note: note.unwrap_or_default(),
     })
 }

@@ -35,7 +35,7 @@ pub async fn get_overview() -> Result<Overview, AppError> {
     let (rows, at_threshold_count) = vault_keys::list_filtered(pool, &near_cap, 10).await?;
     let at_threshold = rows.iter().map(|row| row.summary(now)).collect();
     let charted = vault_keys::top_spenders(pool, period, CHARTED_KEYS).await?;
-    let ids: Vec<i64> = charted.iter().map(|row| row.id).collect();
+    let ids: Vec<_> = charted.iter().map(|row| row.id).collect();
     let daily = call_stats::daily_spend(pool, &ids, period.starts_at(), period.ends_at()).await?;
     Ok(Overview {
         period,
@@ -57,7 +57,11 @@ pub async fn get_overview() -> Result<Overview, AppError> {
 fn spend_charts(
     period: crate::domain::BillingPeriod,
     keys: &[crate::ssr::data::vault_keys::VaultKeyRow],
-    daily: &[(i64, chrono::NaiveDate, crate::domain::Cents)],
+    daily: &[(
+        crate::domain::VaultKeyId,
+        chrono::NaiveDate,
+        crate::domain::Cents,
+    )],
 ) -> Result<Vec<crate::domain::SpendChart>, AppError> {
     use crate::{
         domain::{Currency, SpendChart},

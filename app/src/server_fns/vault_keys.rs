@@ -29,7 +29,7 @@ pub async fn list_vault_keys(query: KeyQuery) -> Result<KeyList, AppError> {
 
 /// Everything a key's page shows, its spend chart drawn here.
 #[server(endpoint = "get_vault_key")]
-pub async fn get_vault_key(id: i64) -> Result<KeyDetail, AppError> {
+pub async fn get_vault_key(id: crate::domain::VaultKeyId) -> Result<KeyDetail, AppError> {
     use crate::{
         domain::Role,
         ssr::{

@@ -16,6 +16,7 @@ use super::{
     vault_keys::{self, NewVaultKey},
     CapIncreaseRules,
 };
+use crate::domain::VaultKeyId;
 use crate::{
     domain::{ApplyAs, CapIncrease, Cents, KeyStatus, Me, RequestState, Role},
     error::AppError,
@@ -58,7 +59,7 @@ pub async fn request(
     pool: &PgPool,
     rules: &CapIncreaseRules,
     actor: Actor,
-    key_id: i64,
+    key_id: VaultKeyId,
     ask: Ask,
 ) -> Result<CapIncrease, AppError> {
     let reason = ask.reason.trim();
@@ -99,7 +100,7 @@ pub async fn request(
             )))
         }
     }
-    let granted = Cents(cap_increases::granted_cents(&mut *tx, key_id).await?);
+    let granted = cap_increases::granted_cents(&mut *tx, key_id).await?;
     let to_cap = match ask.target {
         Target::Cap(cap) => cap,
         Target::Additional(more) => Cents(granted.0.saturating_add(more.0)),
@@ -322,13 +323,13 @@ async fn apply(
         )));
     }
     let granted = cap_increases::granted_cents(&mut *tx, key_id).await?;
-    if granted != request.from_cap_cents.0 {
+    if granted != request.from_cap_cents {
         let currency = request.currency.clone();
         return Err(AppError::Invalid(format!(
             "{}'s cap changed since the request (from {} to {} {currency}); reject this request and ask again",
             key.label,
             request.from_cap_cents.format(&currency),
-            Cents(granted).format(&currency)
+            granted.format(&currency)
         )));
     }
     let additional = request.additional();

@@ -12,6 +12,7 @@ use super::{
     },
     secrets::Secret,
 };
+use crate::domain::VaultKeyId;
 use crate::{
     domain::{
         group_thousands, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern,
@@ -57,7 +58,7 @@ impl NewVaultKey {
         endpoints: &'a [String],
         secret: &'a Secret,
         actor: Actor,
-        parent: Option<i64>,
+        parent: Option<VaultKeyId>,
     ) -> NewKeyRow<'a> {
         let (created_by, created_by_token) = match actor {
             Actor::Operator { id, .. } => (Some(id), None),
@@ -325,7 +326,7 @@ pub async fn issue_in(
     tx: &mut PgConnection,
     actor: Actor,
     key: NewVaultKey,
-    parent: Option<i64>,
+    parent: Option<VaultKeyId>,
 ) -> Result<(String, VaultKeyRow), AppError> {
     key.validate(Utc::now())?;
     let secret = Secret::generate("vk_");
@@ -348,7 +349,7 @@ pub async fn issue_in(
 pub async fn revoke(
     pool: &PgPool,
     actor: Actor,
-    id: i64,
+    id: VaultKeyId,
     reason: &str,
 ) -> Result<VaultKeyRow, AppError> {
     let reason = reason.trim();
@@ -384,7 +385,7 @@ pub async fn revoke(
 pub async fn set_duplicate_policy(
     pool: &PgPool,
     actor: Actor,
-    id: i64,
+    id: VaultKeyId,
     policy: DuplicatePolicy,
 ) -> Result<VaultKeyRow, AppError> {
     let mut tx = pool.begin().await?;

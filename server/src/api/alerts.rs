@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::{ApiError, ApiErrorBody, ApiRoutes, ApiToken};
 use app::{
-    domain::{ApiScope, Cents, Currency},
+    domain::{ApiScope, Cents, Currency, VaultKeyId},
     ssr::{
         data::alerts::{self, Alert, AlertChangeError, AlertState},
         AppState,
@@ -42,10 +42,10 @@ pub struct AlertFilter {
 }
 
 impl AlertFilter {
-    fn parse(self) -> Result<(Option<i64>, Option<AlertState>, i64), ApiError> {
+    fn parse(self) -> Result<(Option<VaultKeyId>, Option<AlertState>, i64), ApiError> {
         let key = match self.key.as_deref() {
             None | Some("") => None,
-            Some(raw) => Some(raw.parse::<i64>().map_err(|_| {
+            Some(raw) => Some(raw.parse::<VaultKeyId>().map_err(|_| {
                 ApiError::invalid(format!(
                     "key {raw:?} is not a vault key id (a whole number)"
                 ))
@@ -147,7 +147,8 @@ pub async fn acknowledge(
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct AlertView {
     id: i64,
-    vault_key_id: i64,
+    #[schema(value_type = i64)]
+    vault_key_id: VaultKeyId,
     key_label: String,
     /// `threshold`, `cap_refused` or `expiring`.
     kind: String,

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
-    domain::{ApiScope, ApplyAs, CapIncrease, Cents, Currency, RequestState, MAX_CENTS},
+    domain::{
+        ApiScope, ApplyAs, CapIncrease, Cents, Currency, RequestState, VaultKeyId, MAX_CENTS,
+    },
     error::AppError,
     ssr::{
         cap_increases::{self, Ask, Target},
@@ -76,7 +78,8 @@ impl CreateRequest {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RequestView {
     id: i64,
-    vault_key_id: i64,
+    #[schema(value_type = i64)]
+    vault_key_id: VaultKeyId,
     #[schema(value_type = String)]
     currency: Currency,
     #[schema(value_type = i64)]
@@ -131,7 +134,7 @@ impl From<CapIncrease> for RequestView {
 pub async fn create(
     State(state): State<AppState>,
     token: ApiToken,
-    Path(id): Path<i64>,
+    Path(id): Path<VaultKeyId>,
     ApiJson(body): ApiJson<CreateRequest>,
 ) -> Result<(StatusCode, Json<RequestView>), ApiError> {
     let ask = body.parse()?;
@@ -147,7 +150,7 @@ pub async fn create(
 pub async fn list(
     State(state): State<AppState>,
     _token: ApiToken,
-    Path(id): Path<i64>,
+    Path(id): Path<VaultKeyId>,
 ) -> Result<Json<Vec<RequestView>>, ApiError> {
     if vault_keys::find(&state.pool, id).await?.is_none() {
         return Err(AppError::NotFound.into());

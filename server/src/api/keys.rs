@@ -18,7 +18,7 @@ use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
     domain::{
         ApiScope, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern, KeyRequest,
-        ParseError, RequestState,
+        ParseError, RequestState, VaultKeyId,
     },
     error::AppError,
     ssr::{
@@ -195,7 +195,8 @@ fn period_in_label(label: &str) -> Option<BillingPeriod> {
 /// A key as the API shows it: never the secret, only its prefix.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct KeyView {
-    id: i64,
+    #[schema(value_type = i64)]
+    id: VaultKeyId,
     vendor: &'static str,
     label: String,
     prefix: String,
@@ -338,7 +339,8 @@ pub struct KeyRequestView {
     decided_by: Option<String>,
     decision_note: Option<String>,
     /// The key issued on approval.
-    vault_key_id: Option<i64>,
+    #[schema(value_type = Option<i64>)]
+    vault_key_id: Option<VaultKeyId>,
 }
 
 impl From<KeyRequest> for KeyRequestView {
@@ -398,7 +400,7 @@ pub async fn list(
 pub async fn show(
     State(state): State<AppState>,
     _token: ApiToken,
-    Path(id): Path<i64>,
+    Path(id): Path<VaultKeyId>,
 ) -> Result<Json<KeyView>, ApiError> {
     let row = key_rows::find(&state.pool, id)
         .await?
@@ -419,7 +421,7 @@ pub struct Revoke {
 pub async fn revoke(
     State(state): State<AppState>,
     token: ApiToken,
-    Path(id): Path<i64>,
+    Path(id): Path<VaultKeyId>,
     ApiJson(body): ApiJson<Revoke>,
 ) -> Result<Json<KeyView>, ApiError> {
     let row = vault_keys::revoke(&state.pool, token.actor(), id, &body.reason).await?;

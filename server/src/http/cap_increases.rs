@@ -13,7 +13,7 @@ use tower_sessions::Session;
 use super::forms::{readable, redirect_with, Failure, Page};
 use super::guard::Operator;
 use app::{
-    domain::{ApplyAs, CapIncreaseDraft, Cents, Notice},
+    domain::{ApplyAs, CapIncreaseDraft, Cents, Notice, VaultKeyId},
     error::AppError,
     ssr::{
         cap_increases::{self, Ask, Target, Verdict},
@@ -26,7 +26,7 @@ pub async fn request(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(key): Path<i64>,
+    Path(key): Path<VaultKeyId>,
     form: Result<Form<CapIncreaseDraft>, FormRejection>,
 ) -> Response {
     let draft = match readable(form) {

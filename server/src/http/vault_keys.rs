@@ -18,7 +18,7 @@ use super::{
     forms::{readable, redirect_with, Failure, Page},
 };
 use app::{
-    domain::{DuplicatePolicy, KeyDraft, Notice},
+    domain::{DuplicatePolicy, KeyDraft, Notice, VaultKeyId},
     error::AppError,
     ssr::{
         flash,
@@ -107,7 +107,7 @@ pub async fn revoke(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<VaultKeyId>,
     form: Result<Form<RevokeForm>, FormRejection>,
 ) -> Response {
     let outcome = async {
@@ -140,7 +140,7 @@ pub async fn set_duplicate_policy(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<VaultKeyId>,
     form: Result<Form<PolicyForm>, FormRejection>,
 ) -> Response {
     let outcome = async {

@@ -26,7 +26,7 @@ use crate::proxy::{
     upstream::{Upstream, UpstreamError},
 };
 use app::{
-    domain::{moves_money, BillingPeriod, Cents, Decision},
+    domain::{moves_money, BillingPeriod, Cents, Decision, VaultKeyId},
     ssr::data::{
         audit::AuditEntry,
         spend::{self, CallRecord, Settlement},
@@ -40,7 +40,7 @@ const PER_ROUND: i64 = 100;
 #[derive(Debug, sqlx::FromRow)]
 struct Unknown {
     id: i64,
-    vault_key_id: i64,
+    vault_key_id: VaultKeyId,
     key_prefix: String,
     method: String,
     path: String,

@@ -125,7 +125,7 @@ pub fn test_key(edit: impl FnOnce(&mut VaultKeyRow)) -> ProxyKey {
     use chrono::{Duration, Utc};
 
     let mut row = VaultKeyRow {
-        id: 7,
+        id: app::domain::VaultKeyId(7),
         label: "nightly billing".into(),
         secret_prefix: "vk_test_ab12".into(),
         billing_period: "2026-12".parse().unwrap(),

@@ -217,6 +217,7 @@ mod tests {
         keys::test_key,
         request::{CallHeaders, Params},
     };
+    use app::domain::VaultKeyId;
 
     fn charge() -> (Request, Admitted) {
         let request = Request {
@@ -333,7 +334,7 @@ mod tests {
         let call = reserve_call(&request, &test_key(|_| {}), &admitted, &entry, 70);
         assert_eq!(
             (call.key, call.amount, call.lease_secs),
-            (7, Cents(500), 70)
+            (VaultKeyId(7), Cents(500), 70)
         );
         assert_eq!(call.request, entry.request_id);
         assert_eq!(call.idempotency_key.as_deref(), Some("order-1"));

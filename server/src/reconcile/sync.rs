@@ -105,8 +105,7 @@ async fn run(
     let from = period.starts_at() - options.margin;
     let to = period.ends_at() + options.margin;
     let mut conn = pool.acquire().await?;
-    let (mut sync, _resumed) =
-        stripe_charges::start_or_resume(&mut conn, period, from, to).await?;
+    let (mut sync, _resumed) = stripe_charges::start_or_resume(&mut conn, period, from, to).await?;
     drop(conn);
     let created = || {
         RangeQueryTs::Bounds(RangeBoundsTs {

@@ -37,7 +37,7 @@ fn refused_call(message: &str) -> CallRecord {
 
 fn reserve_call(key: i64, n: usize) -> ReserveCall {
     ReserveCall {
-        key,
+        key: app::domain::VaultKeyId(key),
         request: Uuid::new_v4(),
         amount: app::domain::Cents(100),
         idempotency_key: Some(format!("k{n}")),

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
 
 use super::actions::{self, Actor};
+use crate::domain::VaultKeyId;
 pub use crate::domain::{Alert, AlertState};
 
 /// The SQL that derives [`AlertState`] from an `alerts` row aliased `a`.
@@ -42,7 +43,7 @@ fn select_sql() -> String {
 #[tracing::instrument(skip_all)]
 pub async fn list(
     db: impl PgExecutor<'_>,
-    key: Option<i64>,
+    key: Option<VaultKeyId>,
     state: Option<AlertState>,
     limit: i64,
 ) -> Result<Vec<Alert>, sqlx::Error> {

@@ -9,7 +9,7 @@ use super::keyset;
 
 use crate::domain::{
     AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, BillingPeriod, CallSummary,
-    Cents, Currency, Decision, DecisionFilter, Position, RefusedCharges,
+    Cents, Currency, Decision, DecisionFilter, Position, RefusedCharges, VaultKeyId,
 };
 
 /// Everything recorded about one call.
@@ -17,7 +17,7 @@ use crate::domain::{
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditEntry {
     pub request_id: Uuid,
-    pub vault_key_id: Option<i64>,
+    pub vault_key_id: Option<VaultKeyId>,
     pub key_prefix: Option<String>,
     pub method: String,
     pub path: String,
@@ -68,7 +68,7 @@ impl AuditEntry {
 #[tracing::instrument(skip_all)]
 pub async fn latest_for_key(
     db: impl PgExecutor<'_>,
-    key: i64,
+    key: VaultKeyId,
     limit: i64,
 ) -> Result<Vec<CallSummary>, sqlx::Error> {
     sqlx::query_as(
@@ -264,7 +264,7 @@ pub async fn page(
 pub struct CallListRow {
     id: i64,
     at: chrono::DateTime<chrono::Utc>,
-    vault_key_id: Option<i64>,
+    vault_key_id: Option<VaultKeyId>,
     key_label: Option<String>,
     key_prefix: Option<String>,
     method: String,
@@ -316,7 +316,7 @@ impl CallListRow {
 #[tracing::instrument(skip_all)]
 pub async fn refused_waiting(
     db: impl PgExecutor<'_>,
-    key: i64,
+    key: VaultKeyId,
 ) -> Result<RefusedCharges, sqlx::Error> {
     let (charges, total): (i64, i64) = sqlx::query_as(
         "WITH refused AS (

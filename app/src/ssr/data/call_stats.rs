@@ -5,13 +5,14 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::PgExecutor;
 
+use crate::domain::VaultKeyId;
 use crate::domain::{Cents, Decision, DecisionCount};
 
 /// A key's calls by decision, most frequent first.
 #[tracing::instrument(skip_all)]
 pub async fn by_decision(
     db: impl PgExecutor<'_>,
-    key: i64,
+    key: VaultKeyId,
 ) -> Result<Vec<DecisionCount>, sqlx::Error> {
     let rows: Vec<(String, i64)> = sqlx::query_as(
         "SELECT decision, sum(calls)::bigint FROM call_stats WHERE vault_key_id = $1
@@ -35,7 +36,7 @@ pub async fn by_decision(
 #[tracing::instrument(skip_all)]
 pub async fn hourly_spend(
     db: impl PgExecutor<'_>,
-    key: i64,
+    key: VaultKeyId,
 ) -> Result<Vec<(DateTime<Utc>, Cents)>, sqlx::Error> {
     let rows: Vec<(DateTime<Utc>, i64)> = sqlx::query_as(
         "SELECT hour, sum(spent_cents)::bigint FROM call_stats
@@ -68,11 +69,11 @@ pub async fn refused_since(
 #[tracing::instrument(skip_all)]
 pub async fn daily_spend(
     db: impl PgExecutor<'_>,
-    keys: &[i64],
+    keys: &[VaultKeyId],
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> Result<Vec<(i64, NaiveDate, Cents)>, sqlx::Error> {
-    let rows: Vec<(i64, NaiveDate, i64)> = sqlx::query_as(
+) -> Result<Vec<(VaultKeyId, NaiveDate, Cents)>, sqlx::Error> {
+    sqlx::query_as(
         "SELECT vault_key_id, (hour AT TIME ZONE 'UTC')::date, sum(spent_cents)::bigint
          FROM call_stats
          WHERE vault_key_id = ANY($1) AND hour >= $2 AND hour < $3 AND spent_cents > 0
@@ -82,9 +83,5 @@ pub async fn daily_spend(
     .bind(from)
     .bind(to)
     .fetch_all(db)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(key, day, spent)| (key, day, Cents(spent)))
-        .collect())
+    .await
 }

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
+use crate::domain::VaultKeyId;
 use crate::domain::{ApplyAs, CapIncrease, Cents};
 
 /// The SQL that derives a request's state from a `cap_increase_requests`
@@ -47,7 +48,7 @@ pub enum Listing {
     /// Decided or expired, newest first.
     History,
     /// One key's requests, newest first.
-    Key(i64),
+    Key(VaultKeyId),
 }
 
 #[tracing::instrument(skip_all)]
@@ -86,7 +87,7 @@ pub async fn list(
 #[tracing::instrument(skip_all)]
 pub async fn pending_for_key(
     db: impl PgExecutor<'_>,
-    key: i64,
+    key: VaultKeyId,
 ) -> Result<Option<CapIncrease>, sqlx::Error> {
     sqlx::query_as(&format!(
         "{} WHERE r.vault_key_id = $1 AND {STATE_SQL} = 'pending' ORDER BY r.id DESC LIMIT 1",
@@ -126,7 +127,7 @@ pub async fn pending_count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> 
 /// What a key can move in all: its own cap plus the caps of its follow-on
 /// keys that are not revoked.
 #[tracing::instrument(skip_all)]
-pub async fn granted_cents(db: impl PgExecutor<'_>, key: i64) -> Result<i64, sqlx::Error> {
+pub async fn granted_cents(db: impl PgExecutor<'_>, key: VaultKeyId) -> Result<Cents, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT k.cap_cents + COALESCE((SELECT sum(c.cap_cents) FROM vault_keys c
                                         WHERE c.parent_key_id = k.id AND c.revoked_at IS NULL), 0)::bigint
@@ -154,7 +155,7 @@ pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<CapIncrease>,
 
 /// A request to insert; the caller has checked it.
 pub struct NewRequest<'a> {
-    pub key: i64,
+    pub key: VaultKeyId,
     pub from_cap_cents: Cents,
     pub to_cap_cents: Cents,
     pub apply_as: ApplyAs,
@@ -193,7 +194,7 @@ pub async fn decide(
     approved: bool,
     decided_by: i64,
     note: Option<&str>,
-    follow_on_key: Option<i64>,
+    follow_on_key: Option<VaultKeyId>,
 ) -> Result<bool, sqlx::Error> {
     Ok(sqlx::query(
         "UPDATE cap_increase_requests
@@ -215,7 +216,7 @@ pub async fn decide(
 #[tracing::instrument(skip_all)]
 pub async fn raise_cap(
     tx: &mut PgConnection,
-    key: i64,
+    key: VaultKeyId,
     additional: i64,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::{
-    BillingPeriod, Cents, Currency, EvidenceCall, EvidenceCharge, EvidenceRecord,
-    Finding, FindingFilter, FindingKind, FindingTotal,
+    BillingPeriod, Cents, Currency, EvidenceCall, EvidenceCharge, EvidenceRecord, Finding,
+    FindingFilter, FindingKind, FindingTotal,
 };
 
 /// A live charge: Stripe took the money and has not given all of it back.

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
 use super::vault_keys::{NewKeyRow, VaultKeyRow, COLUMNS};
-use crate::domain::{BillingPeriod, Cents, Currency, KeyRequest};
+use crate::domain::{BillingPeriod, Cents, Currency, KeyRequest, VaultKeyId};
 
 const SELECT: &str = "SELECT r.id, r.label, r.billing_period, r.currency, r.expected_total_cents,
         r.cap_cents, r.policy_cap_cents, r.over_policy, r.secret_prefix, r.requested_at,
@@ -155,7 +155,7 @@ pub async fn decide(
     approved: bool,
     by: i64,
     note: Option<&str>,
-    vault_key_id: Option<i64>,
+    vault_key_id: Option<VaultKeyId>,
 ) -> Result<bool, sqlx::Error> {
     let updated = sqlx::query(
         "UPDATE key_requests

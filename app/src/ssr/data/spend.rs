@@ -9,6 +9,7 @@ use sqlx::{types::Json, PgPool};
 use uuid::Uuid;
 
 use super::audit::AuditEntry;
+use crate::domain::VaultKeyId;
 use crate::domain::{BillingPeriod, Cents, Currency};
 
 /// The outcome of trying to reserve an amount.
@@ -56,7 +57,7 @@ pub enum Reserved {
 /// reservation so a cut-off call can still be audited later.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReserveCall {
-    pub key: i64,
+    pub key: VaultKeyId,
     pub request: Uuid,
     pub amount: Cents,
     pub idempotency_key: Option<String>,
@@ -226,7 +227,7 @@ pub struct IntentRelease {
 #[tracing::instrument(skip_all)]
 pub async fn intent_metered(
     pool: &PgPool,
-    key: i64,
+    key: VaultKeyId,
     intent: &str,
 ) -> Result<Option<Cents>, sqlx::Error> {
     sqlx::query_scalar("SELECT intent_metered($1, $2)")

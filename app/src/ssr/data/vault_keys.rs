@@ -5,13 +5,13 @@ use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder, Row};
 
 use crate::domain::{
     BillingPeriod, Cents, Currency, DuplicatePolicy, KeyFilter, KeySort, KeyStatus, KeySummary,
-    PeriodTotals,
+    PeriodTotals, VaultKeyId,
 };
 
 /// A vault key's row (never its secret, only the hash's lookup).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct VaultKeyRow {
-    pub id: i64,
+    pub id: VaultKeyId,
     pub label: String,
     pub secret_prefix: String,
     pub billing_period: BillingPeriod,
@@ -28,7 +28,7 @@ pub struct VaultKeyRow {
     pub alert_thresholds_pct: Vec<i16>,
     pub created_at: DateTime<Utc>,
     /// Set on a follow-on key issued for a cap increase.
-    pub parent_key_id: Option<i64>,
+    pub parent_key_id: Option<VaultKeyId>,
     /// What the proxy does with a second charge for a customer and period.
     pub duplicate_policy: DuplicatePolicy,
     /// The connected account (`acct_…`) every call must name in
@@ -89,7 +89,7 @@ pub struct NewKeyRow<'a> {
     pub created_by: Option<i64>,
     pub created_by_token: Option<i64>,
     /// The key a follow-on key extends.
-    pub parent_key_id: Option<i64>,
+    pub parent_key_id: Option<VaultKeyId>,
 }
 
 #[tracing::instrument(skip_all)]
@@ -127,7 +127,7 @@ pub async fn insert(
 #[tracing::instrument(skip_all)]
 pub async fn set_duplicate_policy(
     db: impl PgExecutor<'_>,
-    id: i64,
+    id: VaultKeyId,
     policy: &str,
 ) -> Result<Option<VaultKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!(
@@ -170,7 +170,10 @@ pub async fn find_by_secret_hash(
 }
 
 #[tracing::instrument(skip_all)]
-pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<VaultKeyRow>, sqlx::Error> {
+pub async fn find(
+    db: impl PgExecutor<'_>,
+    id: VaultKeyId,
+) -> Result<Option<VaultKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {COLUMNS} FROM vault_keys WHERE id = $1"))
         .bind(id)
         .fetch_optional(db)
@@ -182,7 +185,7 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<VaultKeyRow
 #[tracing::instrument(skip_all)]
 pub async fn lock(
     tx: &mut sqlx::PgConnection,
-    id: i64,
+    id: VaultKeyId,
 ) -> Result<Option<VaultKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM vault_keys WHERE id = $1 FOR UPDATE"
@@ -301,7 +304,7 @@ pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error
 #[tracing::instrument(skip_all)]
 pub async fn revoke(
     db: impl PgExecutor<'_>,
-    id: i64,
+    id: VaultKeyId,
     reason: &str,
     revoked_by: Option<i64>,
 ) -> Result<Option<VaultKeyRow>, sqlx::Error> {
@@ -366,7 +369,7 @@ pub struct KeyWithPeople {
 #[tracing::instrument(skip_all)]
 pub async fn find_with_people(
     db: impl PgExecutor<'_>,
-    id: i64,
+    id: VaultKeyId,
 ) -> Result<Option<KeyWithPeople>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT k.*, COALESCE(creator.email, 'API token ' || tok.name) AS created_by,
