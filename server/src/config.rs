@@ -132,14 +132,14 @@ pub struct ServeArgs {
     /// approver, in minor units of the key's currency: `operator=500000`.
     /// Repeat the flag, or separate them with commas.
     #[arg(long = "key-ceiling", env = "VAULTCAP_KEY_CEILINGS", value_delimiter = ',', value_parser = parse_ceiling)]
-    pub key_ceilings: Vec<(app::domain::Role, i64)>,
+    pub key_ceilings: Vec<(app::domain::Role, app::domain::Cents)>,
 
     #[command(flatten)]
     pub stripe: StripeArgs,
 }
 
 /// `operator=500000`: a role and a cap in minor units.
-fn parse_ceiling(raw: &str) -> Result<(app::domain::Role, i64), String> {
+fn parse_ceiling(raw: &str) -> Result<(app::domain::Role, app::domain::Cents), String> {
     let (role, cents) = raw
         .trim()
         .split_once('=')
@@ -151,7 +151,7 @@ fn parse_ceiling(raw: &str) -> Result<(app::domain::Role, i64), String> {
         .ok()
         .filter(|cents| *cents > 0)
         .ok_or_else(|| format!("{cents:?} is not a positive amount in minor units"))?;
-    Ok((role, cents))
+    Ok((role, app::domain::Cents(cents)))
 }
 
 /// `10.0.0.0/8`, or a single address (`10.0.0.2`).

@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Cents, Currency, VaultKeyId};
+use super::{AlertId, Cents, Currency, VaultKeyId};
 
 /// An alert's state, derived from its acknowledgement and snooze.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -33,7 +33,7 @@ impl AlertState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct Alert {
-    pub id: i64,
+    pub id: AlertId,
     pub vault_key_id: VaultKeyId,
     pub key_label: String,
     pub currency: Currency,
@@ -108,5 +108,5 @@ pub struct AlertsView {
     pub snoozed: i64,
     pub acknowledged: i64,
     /// Operators an alert can be assigned to: (id, email).
-    pub assignees: Vec<(i64, String)>,
+    pub assignees: Vec<(super::OperatorId, String)>,
 }

@@ -151,7 +151,7 @@ pub fn parse_token_ceiling(text: &str) -> Result<Option<Cents>, ParseError> {
 /// An API token as the console lists it (never its secret: only the prefix).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApiTokenSummary {
-    pub id: i64,
+    pub id: super::ApiTokenId,
     pub name: String,
     pub prefix: String,
     pub scopes: Vec<ApiScope>,

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{BillingPeriod, Cents, Currency, Decision, ParseError, VaultKeyId};
+use super::{AuditId, BillingPeriod, Cents, Currency, Decision, ParseError, VaultKeyId};
 
 /// Page sizes offered; anything else is refused.
 pub const AUDIT_PAGE_SIZES: [i64; 4] = [25, 50, 100, 200];
@@ -408,7 +408,7 @@ pub fn datetime_local(raw: &Option<String>, end: bool) -> String {
 /// One call as the audit log lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditCall {
-    pub id: i64,
+    pub id: AuditId,
     pub at: DateTime<Utc>,
     pub vault_key_id: Option<VaultKeyId>,
     pub key_label: Option<String>,

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Cents, Currency, KeySummary, ParseError, VaultKeyId};
+use super::{CapIncreaseId, Cents, Currency, KeySummary, OperatorId, ParseError, VaultKeyId};
 
 /// How an approved increase takes effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -74,7 +74,7 @@ impl RequestState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct CapIncrease {
-    pub id: i64,
+    pub id: CapIncreaseId,
     pub vault_key_id: VaultKeyId,
     pub key_label: String,
     pub currency: Currency,
@@ -94,7 +94,7 @@ pub struct CapIncrease {
     pub requested_by: String,
     /// The operator who asked, or who made the API token that asked: the
     /// one person who may not decide it.
-    pub requested_by_id: Option<i64>,
+    pub requested_by_id: Option<OperatorId>,
     pub expires_at: DateTime<Utc>,
     pub state: RequestState,
     pub decided_at: Option<DateTime<Utc>>,

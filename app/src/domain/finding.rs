@@ -150,7 +150,7 @@ impl FindingKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct Finding {
-    pub id: i64,
+    pub id: super::FindingId,
     pub kind: FindingKind,
     pub billing_period: BillingPeriod,
     pub customer_id: String,
@@ -311,7 +311,7 @@ pub struct EvidenceRecord {
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct EvidenceCall {
     /// The audit row.
-    pub id: i64,
+    pub id: super::AuditId,
     pub at: DateTime<Utc>,
     pub key_prefix: Option<String>,
     pub method: String,

@@ -1,7 +1,7 @@
 //! Row ids, one type per table: a finding's id cannot be passed where a
 //! vault key's is wanted. Each holds the `bigint` PostgreSQL gave the row,
-//! reads and writes as that number (JSON, paths, forms, columns) and prints
-//! as it.
+//! reads and writes as that number (JSON, paths, forms, columns, page
+//! attributes) and prints as it.
 
 use std::{fmt, num::ParseIntError, str::FromStr};
 
@@ -18,6 +18,15 @@ macro_rules! ids {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 self.0.fmt(f)
+            }
+        }
+
+        /// In a page, as the number (`data-key=key.id`).
+        impl leptos::prelude::IntoAttributeValue for $name {
+            type Output = i64;
+
+            fn into_attribute_value(self) -> i64 {
+                self.0
             }
         }
 

@@ -247,7 +247,7 @@ pub struct DecisionCount {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct CallSummary {
-    pub id: i64,
+    pub id: super::AuditId,
     pub at: DateTime<Utc>,
     pub method: String,
     pub path: String,

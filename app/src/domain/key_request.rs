@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{BillingPeriod, Cents, Currency, RequestState, VaultKeyId};
+use super::{BillingPeriod, Cents, Currency, KeyRequestId, OperatorId, RequestState, VaultKeyId};
 
 /// A vault key asked for beyond policy, waiting for (or past) a second
 /// person's decision. Its secret was shown to the requester when asked and
@@ -9,7 +9,7 @@ use super::{BillingPeriod, Cents, Currency, RequestState, VaultKeyId};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
 pub struct KeyRequest {
-    pub id: i64,
+    pub id: KeyRequestId,
     pub label: String,
     pub billing_period: BillingPeriod,
     pub currency: Currency,
@@ -25,7 +25,7 @@ pub struct KeyRequest {
     pub requested_by: String,
     /// The operator who asked, or who made the API token that asked: the
     /// one person who may not decide it.
-    pub requested_by_id: Option<i64>,
+    pub requested_by_id: Option<OperatorId>,
     pub expires_at: DateTime<Utc>,
     pub state: RequestState,
     pub decided_at: Option<DateTime<Utc>>,

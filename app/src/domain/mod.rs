@@ -70,7 +70,7 @@ pub const MIN_PASSWORD_CHARS: usize = 12;
 /// The signed-in operator, as the console shows them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Me {
-    pub id: i64,
+    pub id: OperatorId,
     pub email: String,
     pub role: Role,
 }
@@ -128,7 +128,7 @@ impl Notice {
 /// An operator as the Operators page lists them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorSummary {
-    pub id: i64,
+    pub id: OperatorId,
     pub email: String,
     pub role: Role,
     pub disabled: bool,

@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::{utc, CountTabs, ErrorPanel, RequireRole},
-    domain::{Alert, AlertsView, Me, Role},
+    domain::{Alert, AlertId, AlertsView, Me, OperatorId, Role},
     server_fns::list_alerts,
 };
 
@@ -90,7 +90,7 @@ fn AlertTable(data: AlertsView, shown: String, can_act: bool) -> impl IntoView {
 }
 
 #[component]
-fn AlertRow(alert: Alert, assignees: Vec<(i64, String)>, can_act: bool) -> impl IntoView {
+fn AlertRow(alert: Alert, assignees: Vec<(OperatorId, String)>, can_act: bool) -> impl IntoView {
     let id = alert.id;
     let kind = alert.kind_label();
     let repeated = (alert.occurrences > 1).then(|| {
@@ -171,7 +171,7 @@ fn Deliveries(alert: Alert) -> impl IntoView {
 }
 
 #[component]
-fn AlertActions(id: i64, assignees: Vec<(i64, String)>) -> impl IntoView {
+fn AlertActions(id: AlertId, assignees: Vec<(OperatorId, String)>) -> impl IntoView {
     view! {
         <form class="row-form" method="post" action=format!("/alerts/{id}/ack")>
             <label class="visually-hidden" for=format!("note-{id}")>{format!("Note for alert {id}")}</label>

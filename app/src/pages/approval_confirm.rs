@@ -26,13 +26,14 @@ pub fn ApprovalConfirmPage() -> impl IntoView {
 /// A confirmation page: the request in the path (`what`), loaded with the
 /// note carried from the Approvals page and shown by `show`, or why there
 /// is nothing to confirm.
-fn confirm_page<T, Fut>(
+fn confirm_page<Id, T, Fut>(
     title: &'static str,
     what: &'static str,
-    load: impl Fn(i64, Option<String>) -> Fut + Copy + Send + Sync + 'static,
+    load: impl Fn(Id, Option<String>) -> Fut + Copy + Send + Sync + 'static,
     show: fn(T) -> AnyView,
 ) -> impl IntoView
 where
+    Id: std::str::FromStr + Clone + PartialEq + Send + Sync + 'static,
     T: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static,
     Fut: std::future::Future<Output = Result<T, AppError>> + Send + 'static,
 {
@@ -76,11 +77,12 @@ fn nothing_to_confirm(error: AppError, what: &str) -> AnyView {
 }
 
 /// The id in the path and the note carried from the Approvals page.
-fn id_and_note() -> impl Fn() -> (Option<i64>, Option<String>) + Clone + 'static {
+fn id_and_note<Id: std::str::FromStr>(
+) -> impl Fn() -> (Option<Id>, Option<String>) + Clone + 'static {
     let params = use_params_map();
     let query = use_query_map();
     move || {
-        let id = params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()));
+        let id = params.with(|p| p.get("id").and_then(|id| id.parse::<Id>().ok()));
         (id, query.with(|q| q.get("note")))
     }
 }

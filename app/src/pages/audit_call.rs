@@ -4,7 +4,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{AuditCallDetail, AuditQuery, Decision, Me, Role},
+    domain::{AuditCallDetail, AuditId, AuditQuery, Decision, Me, Role},
     error::AppError,
     server_fns::get_audit_call,
 };
@@ -14,7 +14,7 @@ use crate::{
 #[component]
 pub fn AuditCallPage() -> impl IntoView {
     let params = use_params_map();
-    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()));
+    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<AuditId>().ok()));
     let detail = Resource::new(id, |id| async move {
         match id {
             Some(id) => get_audit_call(id).await,

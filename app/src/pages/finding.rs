@@ -8,7 +8,7 @@ use super::{
 };
 use crate::{
     components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{EvidenceCharge, FindingEvidence, Me, Role},
+    domain::{EvidenceCharge, FindingEvidence, FindingId, Me, Role},
     error::AppError,
     server_fns::get_finding,
 };
@@ -19,7 +19,7 @@ use crate::{
 #[component]
 pub fn FindingPage() -> impl IntoView {
     let params = use_params_map();
-    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<i64>().ok()));
+    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<FindingId>().ok()));
     let evidence = Resource::new(id, |id| async move {
         match id {
             Some(id) => get_finding(id).await,

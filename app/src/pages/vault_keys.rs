@@ -164,7 +164,7 @@ fn KeyResults(list: KeyList, query: KeyQuery) -> impl IntoView {
                 </thead>
                 <tbody>
                     {list.keys.into_iter().map(|key| view! {
-                        <tr data-key=key.id.to_string()>
+                        <tr data-key=key.id>
                             <td class="nowrap">{key.billing_period.to_string()}</td>
                             <td class="label"><a href=format!("/keys/{}", key.id) title=key.label.clone()>{key.label.clone()}</a></td>
                             <td class="nowrap"><code>{format!("{}…", key.secret_prefix)}</code></td>

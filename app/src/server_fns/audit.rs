@@ -17,7 +17,7 @@ pub async fn list_audit(query: AuditQuery) -> Result<AuditPage, AppError> {
 
 /// One call with everything recorded about it.
 #[server(endpoint = "get_audit_call")]
-pub async fn get_audit_call(id: i64) -> Result<AuditCallDetail, AppError> {
+pub async fn get_audit_call(id: crate::domain::AuditId) -> Result<AuditCallDetail, AppError> {
     use crate::{domain::Role, ssr};
     ssr::auth::require(Role::Viewer)?;
     let pool = &expect_context::<ssr::AppState>().pool;

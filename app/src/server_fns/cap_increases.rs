@@ -135,7 +135,7 @@ pub async fn pending_approval_count() -> Result<i64, AppError> {
 /// is no longer pending or the approver asked for it themselves.
 #[server(endpoint = "get_approval_preview")]
 pub async fn get_approval_preview(
-    id: i64,
+    id: crate::domain::CapIncreaseId,
     note: Option<String>,
 ) -> Result<crate::domain::ApprovalPreview, AppError> {
     use crate::{
@@ -167,7 +167,7 @@ pub async fn get_approval_preview(
 /// confirmation page: refused when this approver may not decide it.
 #[server(endpoint = "get_key_request_preview")]
 pub async fn get_key_request_preview(
-    id: i64,
+    id: crate::domain::KeyRequestId,
     note: Option<String>,
 ) -> Result<crate::domain::KeyRequestPreview, AppError> {
     use crate::{

@@ -59,7 +59,9 @@ pub async fn get_reconciliation(
 /// One finding with all its evidence: the charges side by side, the billing
 /// record, the proxy calls and what people did about it.
 #[server(endpoint = "get_finding")]
-pub async fn get_finding(id: i64) -> Result<crate::domain::FindingEvidence, AppError> {
+pub async fn get_finding(
+    id: crate::domain::FindingId,
+) -> Result<crate::domain::FindingEvidence, AppError> {
     use crate::{
         domain::{FindingEvidence, Role},
         ssr::{

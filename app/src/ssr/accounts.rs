@@ -18,7 +18,7 @@ use super::{
     second_factor, secrets, AuthConfig,
 };
 use crate::{
-    domain::{Email, Role},
+    domain::{Email, OperatorId, Role},
     error::AppError,
 };
 
@@ -123,7 +123,7 @@ pub enum PasswordChecked {
 pub async fn sign_in_with_code(
     pool: &PgPool,
     config: &AuthConfig,
-    operator_id: i64,
+    operator_id: OperatorId,
     code: &str,
     ip: Option<IpAddr>,
 ) -> Result<OperatorRow, SignInError> {
@@ -296,7 +296,7 @@ pub async fn accept_invitation(
     #[derive(sqlx::FromRow)]
     struct Invitation {
         id: i64,
-        operator_id: i64,
+        operator_id: OperatorId,
         expires_at: chrono::DateTime<Utc>,
         used_at: Option<chrono::DateTime<Utc>>,
     }
@@ -406,7 +406,7 @@ pub async fn bootstrap_admin(pool: &PgPool, email: &Email) -> Result<Option<Stri
 pub async fn change_role(
     pool: &PgPool,
     actor: Actor,
-    target: i64,
+    target: OperatorId,
     role: Role,
 ) -> Result<OperatorRow, AppError> {
     let mut tx = pool.begin().await?;
@@ -445,7 +445,7 @@ pub async fn change_role(
 pub async fn set_disabled(
     pool: &PgPool,
     actor: Actor,
-    target: i64,
+    target: OperatorId,
     disabled: bool,
 ) -> Result<OperatorRow, AppError> {
     if let Actor::Operator { id, .. } = actor {

@@ -12,7 +12,7 @@ use tower_sessions::Session;
 
 use super::{data::operators, AuthConfig};
 use crate::{
-    domain::{Me, Role, MIN_PASSWORD_CHARS},
+    domain::{Me, OperatorId, Role, MIN_PASSWORD_CHARS},
     error::AppError,
 };
 
@@ -149,7 +149,10 @@ const PENDING_MINUTES: i64 = 5;
 
 /// Remembers, between the password and the code, whose password was right.
 /// The session is not signed in: every page still sends it to sign-in.
-pub async fn begin_second_factor(session: &Session, operator_id: i64) -> Result<(), AppError> {
+pub async fn begin_second_factor(
+    session: &Session,
+    operator_id: OperatorId,
+) -> Result<(), AppError> {
     session.cycle_id().await.map_err(session_error)?;
     session
         .insert(PENDING_OPERATOR_ID, operator_id)
@@ -163,8 +166,8 @@ pub async fn begin_second_factor(session: &Session, operator_id: i64) -> Result<
 
 /// The operator whose password was right in this session within the last
 /// five minutes, waiting for their code.
-pub async fn pending_second_factor(session: &Session) -> Result<Option<i64>, AppError> {
-    let operator: Option<i64> = session
+pub async fn pending_second_factor(session: &Session) -> Result<Option<OperatorId>, AppError> {
+    let operator: Option<OperatorId> = session
         .get(PENDING_OPERATOR_ID)
         .await
         .map_err(session_error)?;
@@ -181,7 +184,7 @@ pub async fn pending_second_factor(session: &Session) -> Result<Option<i64>, App
 
 /// Starts a signed-in session: a new session id (so an id planted before
 /// sign-in is worthless afterwards) and the times the timeouts count from.
-pub async fn begin_session(session: &Session, operator_id: i64) -> Result<(), AppError> {
+pub async fn begin_session(session: &Session, operator_id: OperatorId) -> Result<(), AppError> {
     session.cycle_id().await.map_err(session_error)?;
     for pending in [PENDING_OPERATOR_ID, PENDING_SINCE] {
         session.remove_value(pending).await.map_err(session_error)?;
@@ -230,7 +233,7 @@ pub async fn resolve_session(
     config: &AuthConfig,
 ) -> Result<SessionState, AppError> {
     let Some(operator_id) = session
-        .get::<i64>(OPERATOR_ID)
+        .get::<OperatorId>(OPERATOR_ID)
         .await
         .map_err(session_error)?
     else {

@@ -16,9 +16,10 @@ use super::{
     vault_keys::{self, NewVaultKey},
     CapIncreaseRules,
 };
-use crate::domain::VaultKeyId;
 use crate::{
-    domain::{ApplyAs, CapIncrease, Cents, KeyStatus, Me, RequestState, Role},
+    domain::{
+        ApplyAs, CapIncrease, CapIncreaseId, Cents, KeyStatus, Me, RequestState, Role, VaultKeyId,
+    },
     error::AppError,
 };
 
@@ -219,7 +220,7 @@ pub async fn decide(
     pool: &PgPool,
     approver: &Me,
     ip: Option<std::net::IpAddr>,
-    id: i64,
+    id: CapIncreaseId,
     verdict: Verdict,
     note: &str,
 ) -> Result<Decided, AppError> {

@@ -19,7 +19,7 @@ use super::{
     vault_keys::{self, NewVaultKey},
 };
 use crate::{
-    domain::{Cents, KeyRequest, Me, RequestState, Role},
+    domain::{Cents, KeyRequest, KeyRequestId, Me, RequestState, Role},
     error::AppError,
 };
 
@@ -31,7 +31,7 @@ pub struct KeyPolicy {
     pub buffer_bps: u32,
     /// The largest cap an operator with each role may issue alone, in minor
     /// units of the key's currency; a role not named has no ceiling.
-    pub role_ceilings: Vec<(Role, i64)>,
+    pub role_ceilings: Vec<(Role, Cents)>,
     /// How long a request waits for a decision.
     pub request_ttl: Duration,
 }
@@ -98,11 +98,11 @@ pub async fn issue_or_request(
             money(buffered)
         ));
     }
-    if let Some(ceiling) = ceiling.filter(|ceiling| key.cap.0 > *ceiling) {
+    if let Some(ceiling) = ceiling.filter(|ceiling| key.cap > *ceiling) {
         beyond.push(format!(
             "the cap {} is above this {whose} ceiling of {}",
             money(key.cap),
-            money(Cents(ceiling))
+            money(ceiling)
         ));
     }
     if beyond.is_empty() {
@@ -111,7 +111,7 @@ pub async fn issue_or_request(
     }
 
     let over_policy = beyond.join("; ");
-    let policy_cap = ceiling.map_or(buffered, |ceiling| buffered.min(Cents(ceiling)));
+    let policy_cap = ceiling.map_or(buffered, |ceiling| buffered.min(ceiling));
     let secret = Secret::generate("vk_");
     let endpoints = key.endpoint_list();
     let expires_at = (Utc::now() + policy.request_ttl).min(key.expires_at);
@@ -182,7 +182,7 @@ pub async fn decide(
     pool: &PgPool,
     approver: &Me,
     ip: Option<std::net::IpAddr>,
-    id: i64,
+    id: KeyRequestId,
     verdict: Verdict,
     note: &str,
 ) -> Result<KeyRequest, AppError> {

@@ -10,7 +10,7 @@ use super::data::{
     findings,
 };
 use crate::{
-    domain::{Finding, FindingKind},
+    domain::{Finding, FindingId, FindingKind, OperatorId},
     error::AppError,
 };
 
@@ -18,7 +18,7 @@ use crate::{
 pub const MAX_REASON_CHARS: usize = 2000;
 
 /// Adopts an orphaned charge: writes the billing record the job never did.
-pub async fn adopt(pool: &PgPool, actor: Actor, id: i64) -> Result<Finding, AppError> {
+pub async fn adopt(pool: &PgPool, actor: Actor, id: FindingId) -> Result<Finding, AppError> {
     let operator = operator_of(actor)?;
     let mut tx = pool.begin().await?;
     let finding = open_finding(&mut tx, id).await?;
@@ -65,7 +65,7 @@ pub async fn adopt(pool: &PgPool, actor: Actor, id: i64) -> Result<Finding, AppE
 pub async fn dismiss(
     pool: &PgPool,
     actor: Actor,
-    id: i64,
+    id: FindingId,
     reason: &str,
 ) -> Result<Finding, AppError> {
     let operator = operator_of(actor)?;
@@ -97,7 +97,7 @@ pub async fn dismiss(
     Ok(finding)
 }
 
-fn operator_of(actor: Actor) -> Result<i64, AppError> {
+fn operator_of(actor: Actor) -> Result<OperatorId, AppError> {
     match actor {
         Actor::Operator { id, .. } => Ok(id),
         _ => Err(AppError::Invalid(
@@ -107,7 +107,7 @@ fn operator_of(actor: Actor) -> Result<i64, AppError> {
 }
 
 /// The finding, locked, if it is still open.
-async fn open_finding(tx: &mut sqlx::PgConnection, id: i64) -> Result<Finding, AppError> {
+async fn open_finding(tx: &mut sqlx::PgConnection, id: FindingId) -> Result<Finding, AppError> {
     let finding = findings::lock(tx, id).await?.ok_or(AppError::NotFound)?;
     if let Some(resolution) = &finding.resolution {
         return Err(AppError::Invalid(format!(

@@ -22,7 +22,7 @@ use super::data::{
     operators::OperatorRow,
 };
 use crate::{
-    domain::{Enrollment, Me, Role, TwoFactorView},
+    domain::{Enrollment, Me, OperatorId, Role, TwoFactorView},
     error::AppError,
 };
 
@@ -229,7 +229,7 @@ pub async fn confirm(
 
 async fn replace_recovery_codes(
     tx: &mut sqlx::PgConnection,
-    operator_id: i64,
+    operator_id: OperatorId,
     codes: &[String],
 ) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM recovery_codes WHERE operator_id = $1")
@@ -285,7 +285,7 @@ pub async fn disable(
 pub async fn reset(
     pool: &PgPool,
     actor: Actor,
-    operator_id: i64,
+    operator_id: OperatorId,
     action: &str,
 ) -> Result<(), AppError> {
     let mut tx = pool.begin().await?;
@@ -340,7 +340,7 @@ pub enum CodeRefused {
 /// before, or an unused recovery code (used up by this call).
 pub async fn check(
     pool: &PgPool,
-    operator_id: i64,
+    operator_id: OperatorId,
     email: &str,
     code: &str,
 ) -> Result<Result<Factor, CodeRefused>, AppError> {

@@ -14,13 +14,13 @@ use super::{
     secrets::Secret,
 };
 use crate::{
-    domain::{ApiScope, Cents},
+    domain::{ApiScope, ApiTokenId, Cents},
     error::AppError,
 };
 
 /// A token just made: its id and the secret, shown once.
 pub struct Created {
-    pub id: i64,
+    pub id: ApiTokenId,
     pub secret: Secret,
 }
 
@@ -81,7 +81,7 @@ pub async fn create(
 }
 
 /// Revokes a token at once: its next call is refused. Answers its name.
-pub async fn revoke(pool: &PgPool, actor: Actor, id: i64) -> Result<String, AppError> {
+pub async fn revoke(pool: &PgPool, actor: Actor, id: ApiTokenId) -> Result<String, AppError> {
     let by = match actor {
         Actor::Operator { id, .. } => Some(id),
         _ => None,

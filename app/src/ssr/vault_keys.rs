@@ -12,11 +12,10 @@ use super::{
     },
     secrets::Secret,
 };
-use crate::domain::VaultKeyId;
 use crate::{
     domain::{
         group_thousands, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern,
-        FieldErrors, KeyDraft, ParseError, Suggestion, MAX_CENTS,
+        FieldErrors, KeyDraft, ParseError, Suggestion, VaultKeyId, MAX_CENTS,
     },
     error::AppError,
 };

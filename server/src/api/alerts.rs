@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::{ApiError, ApiErrorBody, ApiRoutes, ApiToken};
 use app::{
-    domain::{ApiScope, Cents, Currency, VaultKeyId},
+    domain::{AlertId, ApiScope, Cents, Currency, VaultKeyId},
     ssr::{
         data::alerts::{self, Alert, AlertChangeError, AlertState},
         AppState,
@@ -103,7 +103,7 @@ pub struct Acknowledge {
 pub async fn acknowledge(
     State(state): State<AppState>,
     token: ApiToken,
-    Path(id): Path<i64>,
+    Path(id): Path<AlertId>,
     body: Bytes,
 ) -> Result<Json<AlertView>, ApiError> {
     // The body is optional: no body acknowledges without a note.
@@ -146,7 +146,8 @@ pub async fn acknowledge(
 /// An alert as the API shows it.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct AlertView {
-    id: i64,
+    #[schema(value_type = i64)]
+    id: AlertId,
     #[schema(value_type = i64)]
     vault_key_id: VaultKeyId,
     key_label: String,

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
     domain::{
-        ApiScope, ApplyAs, CapIncrease, Cents, Currency, RequestState, VaultKeyId, MAX_CENTS,
+        ApiScope, ApplyAs, CapIncrease, CapIncreaseId, Cents, Currency, RequestState, VaultKeyId,
+        MAX_CENTS,
     },
     error::AppError,
     ssr::{
@@ -77,7 +78,8 @@ impl CreateRequest {
 /// A request as the API shows it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RequestView {
-    id: i64,
+    #[schema(value_type = i64)]
+    id: CapIncreaseId,
     #[schema(value_type = i64)]
     vault_key_id: VaultKeyId,
     #[schema(value_type = String)]

@@ -18,7 +18,7 @@ use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
     domain::{
         ApiScope, BillingPeriod, Cents, Currency, DuplicatePolicy, EndpointPattern, KeyRequest,
-        ParseError, RequestState, VaultKeyId,
+        KeyRequestId, ParseError, RequestState, VaultKeyId,
     },
     error::AppError,
     ssr::{
@@ -315,7 +315,8 @@ pub struct RequestedKey {
 /// A key request and its decision.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct KeyRequestView {
-    id: i64,
+    #[schema(value_type = i64)]
+    id: KeyRequestId,
     label: String,
     #[schema(value_type = String)]
     billing_period: BillingPeriod,
@@ -372,7 +373,7 @@ impl From<KeyRequest> for KeyRequestView {
 pub async fn show_request(
     State(state): State<AppState>,
     _token: ApiToken,
-    Path(id): Path<i64>,
+    Path(id): Path<KeyRequestId>,
 ) -> Result<Json<KeyRequestView>, ApiError> {
     let request = key_request_rows::find(&state.pool, id)
         .await?

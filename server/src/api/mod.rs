@@ -138,7 +138,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 /// The API token behind a request, as [`require_scope`] found it.
 #[derive(Debug, Clone, Copy)]
 pub struct ApiToken {
-    pub id: i64,
+    pub id: app::domain::ApiTokenId,
     pub ip: Option<IpAddr>,
 }
 

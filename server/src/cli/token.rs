@@ -37,7 +37,7 @@ pub enum TokenCommand {
     /// Revoke a token at once; its next call is refused.
     Revoke {
         /// The token's id, as `token list` shows it.
-        id: i64,
+        id: app::domain::ApiTokenId,
         #[command(flatten)]
         database: DatabaseArgs,
     },

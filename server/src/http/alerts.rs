@@ -11,7 +11,7 @@ use tower_sessions::Session;
 use super::forms::{readable, Failure, Page};
 use super::guard::Operator;
 use app::{
-    domain::{Notice, Role},
+    domain::{AlertId, Notice, OperatorId, Role},
     error::AppError,
     ssr::{
         data::{
@@ -59,7 +59,7 @@ pub async fn acknowledge(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<AlertId>,
     form: Result<Form<AckForm>, FormRejection>,
 ) -> Response {
     let outcome = async {
@@ -85,7 +85,7 @@ pub async fn assign(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<AlertId>,
     form: Result<Form<AssignForm>, FormRejection>,
 ) -> Response {
     let outcome = async {
@@ -93,7 +93,7 @@ pub async fn assign(
         let assignee = match form.operator.trim() {
             "" => None,
             raw => {
-                let wanted: i64 = raw
+                let wanted: OperatorId = raw
                     .parse()
                     .map_err(|_| AppError::Invalid(format!("{raw:?} is not an operator")))?;
                 let operator = operators::find_by_id(&state.pool, wanted)
@@ -123,7 +123,7 @@ pub async fn snooze(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<AlertId>,
     form: Result<Form<SnoozeForm>, FormRejection>,
 ) -> Response {
     let outcome = async {

@@ -65,7 +65,7 @@ pub async fn revoke(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<app::domain::ApiTokenId>,
 ) -> Response {
     let outcome = async {
         let name = tokens::revoke(&state.pool, actor, id).await?;

@@ -73,7 +73,11 @@ pub async fn login(
 }
 
 /// A signed-in session, then on to `next` when it is a page of ours.
-async fn signed_in_to(session: &Session, operator_id: i64, next: &str) -> Response {
+async fn signed_in_to(
+    session: &Session,
+    operator_id: app::domain::OperatorId,
+    next: &str,
+) -> Response {
     if let Err(err) = begin_session(session, operator_id).await {
         return HttpError::from(err).into_response();
     }

@@ -13,7 +13,7 @@ use tower_sessions::Session;
 use super::forms::{readable, redirect_with, Failure, Page};
 use super::guard::Operator;
 use app::{
-    domain::{ApplyAs, CapIncreaseDraft, Cents, Notice, VaultKeyId},
+    domain::{ApplyAs, CapIncreaseDraft, CapIncreaseId, Cents, KeyRequestId, Notice, VaultKeyId},
     error::AppError,
     ssr::{
         cap_increases::{self, Ask, Target, Verdict},
@@ -146,7 +146,7 @@ pub async fn decide_key(
     State(state): State<AppState>,
     Operator { me, ip, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<KeyRequestId>,
     form: Result<Form<DecideForm>, FormRejection>,
 ) -> Response {
     let outcome = async {
@@ -175,7 +175,7 @@ pub async fn decide(
     State(state): State<AppState>,
     Operator { me, ip, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<CapIncreaseId>,
     form: Result<Form<DecideForm>, FormRejection>,
 ) -> Response {
     let outcome = async {

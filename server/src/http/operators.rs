@@ -76,7 +76,7 @@ pub async fn change_role(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<app::domain::OperatorId>,
     form: Result<Form<RoleForm>, FormRejection>,
 ) -> Response {
     let outcome = async {
@@ -96,7 +96,7 @@ pub async fn set_disabled(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<app::domain::OperatorId>,
     form: Result<Form<DisabledForm>, FormRejection>,
 ) -> Response {
     let outcome = async {

@@ -17,7 +17,7 @@ use super::{
 use app::{
     domain::{
         at_risk_by_currency, counted, money_text, BillingPeriod, BulkAction, Finding,
-        FindingFilter, Notice, MAX_BULK,
+        FindingFilter, FindingId, Notice, MAX_BULK,
     },
     error::AppError,
     ssr::{
@@ -96,7 +96,7 @@ pub async fn adopt(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<FindingId>,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
     let form = match read_form(&session, form).await {
@@ -120,7 +120,7 @@ pub async fn dismiss(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<FindingId>,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
     let form = match read_form(&session, form).await {
@@ -210,7 +210,7 @@ pub async fn refund(
     Extension(Stripe(client)): Extension<Stripe>,
     Operator { actor, .. }: Operator,
     session: Session,
-    Path(id): Path<i64>,
+    Path(id): Path<FindingId>,
     form: Result<Form<FindingForm>, FormRejection>,
 ) -> Response {
     let form = match read_form(&session, form).await {
@@ -297,7 +297,7 @@ async fn bulk_resolve(
     form: &BulkForm,
 ) -> Result<Notice, AppError> {
     let action = BulkAction::parse(&form.action)?;
-    let ids: Vec<i64> = form
+    let ids: Vec<FindingId> = form
         .ids
         .split(',')
         .map(str::trim)

@@ -16,7 +16,7 @@ use serde_json::json;
 use sqlx::{postgres::PgListener, PgPool};
 
 use app::{
-    domain::CapIncrease,
+    domain::{AlertId, CapIncrease, CapIncreaseId},
     ssr::data::{
         alerts::{self, Alert},
         cap_increases,
@@ -54,8 +54,8 @@ struct Due {
     url: String,
     attempts: i32,
     event: String,
-    alert_id: Option<i64>,
-    cap_increase_request_id: Option<i64>,
+    alert_id: Option<AlertId>,
+    cap_increase_request_id: Option<CapIncreaseId>,
 }
 
 impl Notifier {

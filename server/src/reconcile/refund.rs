@@ -16,7 +16,7 @@ use stripe_core::{
 };
 
 use app::{
-    domain::{Finding, FindingKind},
+    domain::{Finding, FindingId, FindingKind},
     error::AppError,
     ssr::data::{
         actions::{self, Actor},
@@ -38,7 +38,7 @@ pub async fn refund_duplicate(
     pool: &PgPool,
     client: &Client,
     actor: Actor,
-    id: i64,
+    id: FindingId,
 ) -> Result<(Finding, Vec<String>), AppError> {
     let Actor::Operator { id: operator, .. } = actor else {
         return Err(AppError::Invalid(

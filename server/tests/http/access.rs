@@ -153,11 +153,12 @@ async fn expired_revoked_and_unknown_tokens_are_refused_and_do_nothing(pool: PgP
     .execute(&pool)
     .await
     .unwrap();
-    let id: i64 = sqlx::query_scalar("SELECT id FROM api_tokens WHERE token_prefix = $1")
-        .bind(app::ssr::secrets::prefix(&revoked))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let id: app::domain::ApiTokenId =
+        sqlx::query_scalar("SELECT id FROM api_tokens WHERE token_prefix = $1")
+            .bind(app::ssr::secrets::prefix(&revoked))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     app::ssr::tokens::revoke(&pool, app::ssr::data::actions::Actor::Cli, id)
         .await
         .unwrap();

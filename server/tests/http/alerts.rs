@@ -336,7 +336,7 @@ async fn an_operator_assigns_snoozes_and_acknowledges_an_alert_from_the_page(poo
 async fn bad_alert_forms_explain_and_change_nothing(pool: PgPool) {
     use app::domain::Role;
     let (app, cookie, id) = console_with_an_alert(&pool, Role::Operator).await;
-    let viewer: i64 = app.add_operator("viewer@example.com", Role::Viewer).await;
+    let viewer = app.add_operator("viewer@example.com", Role::Viewer).await;
     for (path, body, message) in [
         (
             format!("/alerts/{id}/snooze"),

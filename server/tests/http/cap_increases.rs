@@ -375,7 +375,7 @@ async fn two_approvers_deciding_at_once_make_exactly_one_decision(pool: PgPool) 
             )
             .await;
         assert_eq!(asked.status, StatusCode::CREATED, "{}", asked.body);
-        let id = asked.json()["id"].as_i64().unwrap();
+        let id = app::domain::CapIncreaseId(asked.json()["id"].as_i64().unwrap());
         let (a, b) = tokio::join!(
             cap_increases::decide(&pool, &first, None, id, Verdict::Approve, ""),
             cap_increases::decide(&pool, &second, None, id, Verdict::Reject, "too much"),

@@ -208,7 +208,7 @@ impl TestApp {
             .unwrap_or_else(|| panic!("no notice on {path}: {}", page.body))
     }
 
-    pub async fn add_operator(&self, email: &str, role: Role) -> i64 {
+    pub async fn add_operator(&self, email: &str, role: Role) -> app::domain::OperatorId {
         let email = Email::parse(email).unwrap();
         let (operator, _) =
             accounts::add_operator(&self.pool, Actor::Cli, &email, role, Some(PASSWORD.into()))

@@ -302,7 +302,7 @@ async fn a_tokens_or_a_roles_ceiling_holds_keys_that_are_within_the_buffer(pool:
     let app = TestApp::with_key_policy(
         pool.clone(),
         KeyPolicy {
-            role_ceilings: vec![(Role::Operator, 100_000)],
+            role_ceilings: vec![(Role::Operator, app::domain::Cents(100_000))],
             ..KeyPolicy::default()
         },
     );

@@ -376,8 +376,18 @@ async fn a_finding_resolved_twice_at_once_is_resolved_once(pool: PgPool) {
     );
     let actor = |id| Actor::Operator { id, ip: None };
     let (first, second) = tokio::join!(
-        reconciliation::dismiss(&pool, actor(a), duplicate, "legitimate"),
-        reconciliation::dismiss(&pool, actor(b), duplicate, "legitimate too"),
+        reconciliation::dismiss(
+            &pool,
+            actor(a),
+            app::domain::FindingId(duplicate),
+            "legitimate"
+        ),
+        reconciliation::dismiss(
+            &pool,
+            actor(b),
+            app::domain::FindingId(duplicate),
+            "legitimate too"
+        ),
     );
     assert_eq!(
         first.is_ok() as u8 + second.is_ok() as u8,

@@ -235,11 +235,12 @@ async fn an_operator_who_lost_their_authenticator_is_reset_on_the_host(pool: PgP
     let app = TestApp::new(pool.clone());
     with_two_factor(&app).await;
     password_step(&app).await;
-    let id: i64 = sqlx::query_scalar("SELECT id FROM operators WHERE email = $1")
-        .bind(EMAIL)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let id: app::domain::OperatorId =
+        sqlx::query_scalar("SELECT id FROM operators WHERE email = $1")
+            .bind(EMAIL)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     // What `vaultcap operator reset-two-factor --email …` runs.
     app::ssr::second_factor::reset(&app.pool, Actor::Cli, id, "second_factor.reset")
         .await

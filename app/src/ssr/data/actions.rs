@@ -5,15 +5,17 @@ use std::net::IpAddr;
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
 use super::keyset;
-use crate::domain::{ActionEntry, ActionFilter, ActionPage, ActionQuery, Position};
+use crate::domain::{
+    ActionEntry, ActionFilter, ActionPage, ActionQuery, ApiTokenId, OperatorId, Position,
+};
 
 /// Who performed an action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Actor {
     /// A signed-in operator in the console.
-    Operator { id: i64, ip: Option<IpAddr> },
+    Operator { id: OperatorId, ip: Option<IpAddr> },
     /// A billing job or tool with an API token, from this address.
-    ApiToken { id: i64, ip: Option<IpAddr> },
+    ApiToken { id: ApiTokenId, ip: Option<IpAddr> },
     /// Someone not signed in, at the console (a failed sign-in).
     Visitor { ip: Option<IpAddr> },
     /// The `vaultcap` command line on the server host.

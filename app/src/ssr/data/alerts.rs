@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
 
 use super::actions::{self, Actor};
-use crate::domain::VaultKeyId;
 pub use crate::domain::{Alert, AlertState};
+use crate::domain::{AlertId, OperatorId, VaultKeyId};
 
 /// The SQL that derives [`AlertState`] from an `alerts` row aliased `a`.
 const STATE_SQL: &str = "CASE WHEN a.acknowledged_at IS NOT NULL THEN 'acknowledged'
@@ -61,7 +61,7 @@ pub async fn list(
 }
 
 #[tracing::instrument(skip_all)]
-pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Alert>, sqlx::Error> {
+pub async fn find(db: impl PgExecutor<'_>, id: AlertId) -> Result<Option<Alert>, sqlx::Error> {
     sqlx::query_as(&format!("{} WHERE a.id = $1", select_sql()))
         .bind(id)
         .fetch_optional(db)
@@ -82,9 +82,9 @@ pub async fn open_count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
 #[derive(Debug, thiserror::Error)]
 pub enum AlertChangeError {
     #[error("there is no alert {0}")]
-    NotFound(i64),
+    NotFound(AlertId),
     #[error("alert {0} was already acknowledged")]
-    AlreadyAcknowledged(i64),
+    AlreadyAcknowledged(AlertId),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -94,7 +94,7 @@ pub enum AlertChangeError {
 pub async fn acknowledge(
     pool: &PgPool,
     actor: Actor,
-    id: i64,
+    id: AlertId,
     note: Option<&str>,
 ) -> Result<Alert, AlertChangeError> {
     let (operator, token) = match actor {
@@ -123,7 +123,7 @@ pub async fn acknowledge(
 async fn change(
     pool: &PgPool,
     actor: Actor,
-    id: i64,
+    id: AlertId,
     update: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     action: &str,
     details: serde_json::Value,
@@ -189,8 +189,8 @@ pub async fn counts(db: impl PgExecutor<'_>) -> Result<(i64, i64, i64), sqlx::Er
 pub async fn assign(
     pool: &PgPool,
     actor: Actor,
-    id: i64,
-    operator: Option<i64>,
+    id: AlertId,
+    operator: Option<OperatorId>,
 ) -> Result<Alert, AlertChangeError> {
     let update = sqlx::query("UPDATE alerts SET assigned_to = $2 WHERE id = $1")
         .bind(id)
@@ -204,7 +204,7 @@ pub async fn assign(
 pub async fn snooze(
     pool: &PgPool,
     actor: Actor,
-    id: i64,
+    id: AlertId,
     until: DateTime<Utc>,
 ) -> Result<Alert, AlertChangeError> {
     let update = sqlx::query(

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use crate::domain::{ApiScope, ApiTokenSummary, Cents, TokenStatus};
+use crate::domain::{ApiScope, ApiTokenId, ApiTokenSummary, Cents, OperatorId, TokenStatus};
 
 /// A token about to be stored.
 pub struct NewApiToken<'a> {
@@ -13,13 +13,16 @@ pub struct NewApiToken<'a> {
     pub scopes: &'a [ApiScope],
     pub expires_at: DateTime<Utc>,
     /// The operator who made it; `None` from the command line.
-    pub created_by: Option<i64>,
+    pub created_by: Option<OperatorId>,
     /// The largest cap it may have issued without an approver.
     pub max_cap_cents: Option<Cents>,
 }
 
 #[tracing::instrument(skip_all)]
-pub async fn insert(db: impl PgExecutor<'_>, token: NewApiToken<'_>) -> Result<i64, sqlx::Error> {
+pub async fn insert(
+    db: impl PgExecutor<'_>,
+    token: NewApiToken<'_>,
+) -> Result<ApiTokenId, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO api_tokens (name, token_hash, token_prefix, scopes, expires_at, created_by, max_cap_cents)
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
@@ -43,9 +46,18 @@ fn scope_names(scopes: &[ApiScope]) -> Vec<&'static str> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Presented {
     Unknown,
-    Revoked { id: i64, at: DateTime<Utc> },
-    Expired { id: i64, at: DateTime<Utc> },
-    Active { id: i64, scopes: Vec<ApiScope> },
+    Revoked {
+        id: ApiTokenId,
+        at: DateTime<Utc>,
+    },
+    Expired {
+        id: ApiTokenId,
+        at: DateTime<Utc>,
+    },
+    Active {
+        id: ApiTokenId,
+        scopes: Vec<ApiScope>,
+    },
 }
 
 /// What the token with this hash is, and what it may do while active.
@@ -53,7 +65,7 @@ pub enum Presented {
 pub async fn authenticate(db: impl PgExecutor<'_>, hash: &[u8]) -> Result<Presented, sqlx::Error> {
     #[derive(sqlx::FromRow)]
     struct Row {
-        id: i64,
+        id: ApiTokenId,
         scopes: Vec<String>,
         expires_at: DateTime<Utc>,
         revoked_at: Option<DateTime<Utc>>,
@@ -87,7 +99,7 @@ pub async fn authenticate(db: impl PgExecutor<'_>, hash: &[u8]) -> Result<Presen
 
 /// Records that the token was just used (for the API tokens page).
 #[tracing::instrument(skip_all)]
-pub async fn mark_used(db: impl PgExecutor<'_>, id: i64) -> Result<(), sqlx::Error> {
+pub async fn mark_used(db: impl PgExecutor<'_>, id: ApiTokenId) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE api_tokens SET last_used_at = now() WHERE id = $1")
         .bind(id)
         .execute(db)
@@ -97,7 +109,7 @@ pub async fn mark_used(db: impl PgExecutor<'_>, id: i64) -> Result<(), sqlx::Err
 
 /// Scopes as stored; the table's check keeps them known, so an unknown one
 /// is corrupt data, named as such rather than skipped.
-fn parse_scopes(id: i64, names: &[String]) -> Result<Vec<ApiScope>, sqlx::Error> {
+fn parse_scopes(id: ApiTokenId, names: &[String]) -> Result<Vec<ApiScope>, sqlx::Error> {
     names
         .iter()
         .map(|name| name.parse())
@@ -125,7 +137,7 @@ pub async fn list(db: impl PgExecutor<'_>) -> Result<Vec<ApiTokenSummary>, sqlx:
 
 #[derive(sqlx::FromRow)]
 struct TokenRow {
-    id: i64,
+    id: ApiTokenId,
     name: String,
     token_prefix: String,
     scopes: Vec<String>,
@@ -169,8 +181,8 @@ impl TokenRow {
 #[tracing::instrument(skip_all)]
 pub async fn revoke(
     db: impl PgExecutor<'_>,
-    id: i64,
-    by: Option<i64>,
+    id: ApiTokenId,
+    by: Option<OperatorId>,
 ) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar(
         "UPDATE api_tokens SET revoked_at = now(), revoked_by = $2

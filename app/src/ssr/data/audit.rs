@@ -8,8 +8,8 @@ use sqlx::{PgExecutor, Postgres, QueryBuilder};
 use super::keyset;
 
 use crate::domain::{
-    AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, BillingPeriod, CallSummary,
-    Cents, Currency, Decision, DecisionFilter, Position, RefusedCharges, VaultKeyId,
+    AuditCall, AuditCallDetail, AuditFilter, AuditId, AuditPage, AuditQuery, BillingPeriod,
+    CallSummary, Cents, Currency, Decision, DecisionFilter, Position, RefusedCharges, VaultKeyId,
 };
 
 /// Everything recorded about one call.
@@ -246,7 +246,7 @@ pub async fn page(
     let mut calls: Vec<AuditCall> = rows.into_iter().map(CallListRow::call).collect();
     let (newer, older) = keyset::settle(&mut calls, filter.cursor, filter.limit, |c| Position {
         at: c.at,
-        id: c.id,
+        id: c.id.0,
     });
     let (newer, older) = (
         newer.map(|c| query.at(Some(c))),
@@ -262,7 +262,7 @@ pub async fn page(
 /// An audit row as [`page`] selects it.
 #[derive(sqlx::FromRow)]
 pub struct CallListRow {
-    id: i64,
+    id: AuditId,
     at: chrono::DateTime<chrono::Utc>,
     vault_key_id: Option<VaultKeyId>,
     key_label: Option<String>,
@@ -345,7 +345,7 @@ pub async fn refused_waiting(
 #[tracing::instrument(skip_all)]
 pub async fn find(
     db: impl PgExecutor<'_>,
-    id: i64,
+    id: AuditId,
 ) -> Result<Option<AuditCallDetail>, sqlx::Error> {
     let row: Option<DetailRow> = sqlx::query_as(&format!(
         "SELECT {CALL_COLUMNS}, a.request_id::text AS request_id, a.metadata_billing_period, a.message

@@ -5,8 +5,7 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::PgExecutor;
 
-use crate::domain::VaultKeyId;
-use crate::domain::{Cents, Decision, DecisionCount};
+use crate::domain::{Cents, Decision, DecisionCount, VaultKeyId};
 
 /// A key's calls by decision, most frequent first.
 #[tracing::instrument(skip_all)]

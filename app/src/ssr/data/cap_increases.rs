@@ -6,8 +6,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::domain::VaultKeyId;
-use crate::domain::{ApplyAs, CapIncrease, Cents};
+use crate::domain::{
+    ApiTokenId, ApplyAs, CapIncrease, CapIncreaseId, Cents, OperatorId, VaultKeyId,
+};
 
 /// The SQL that derives a request's state from a `cap_increase_requests`
 /// row aliased `r` and its key aliased `k`.
@@ -33,7 +34,10 @@ fn select_sql() -> String {
 }
 
 #[tracing::instrument(skip_all)]
-pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<CapIncrease>, sqlx::Error> {
+pub async fn find(
+    db: impl PgExecutor<'_>,
+    id: CapIncreaseId,
+) -> Result<Option<CapIncrease>, sqlx::Error> {
     sqlx::query_as(&format!("{} WHERE r.id = $1", select_sql()))
         .bind(id)
         .fetch_optional(db)
@@ -141,7 +145,10 @@ pub async fn granted_cents(db: impl PgExecutor<'_>, key: VaultKeyId) -> Result<C
 /// Locks a request's row: a second decision waits here for the first to
 /// commit, then sees it.
 #[tracing::instrument(skip_all)]
-pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<CapIncrease>, sqlx::Error> {
+pub async fn lock(
+    tx: &mut PgConnection,
+    id: CapIncreaseId,
+) -> Result<Option<CapIncrease>, sqlx::Error> {
     let exists = sqlx::query("SELECT 1 FROM cap_increase_requests WHERE id = $1 FOR UPDATE")
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -161,13 +168,16 @@ pub struct NewRequest<'a> {
     pub apply_as: ApplyAs,
     pub reason: &'a str,
     pub origin: &'a str,
-    pub requested_by: Option<i64>,
-    pub requested_by_token: Option<i64>,
+    pub requested_by: Option<OperatorId>,
+    pub requested_by_token: Option<ApiTokenId>,
     pub expires_at: DateTime<Utc>,
 }
 
 #[tracing::instrument(skip_all)]
-pub async fn insert(tx: &mut PgConnection, request: &NewRequest<'_>) -> Result<i64, sqlx::Error> {
+pub async fn insert(
+    tx: &mut PgConnection,
+    request: &NewRequest<'_>,
+) -> Result<CapIncreaseId, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO cap_increase_requests (vault_key_id, from_cap_cents, to_cap_cents, apply_as,
              reason, origin, requested_by, requested_by_token, expires_at)
@@ -190,9 +200,9 @@ pub async fn insert(tx: &mut PgConnection, request: &NewRequest<'_>) -> Result<i
 #[tracing::instrument(skip_all)]
 pub async fn decide(
     tx: &mut PgConnection,
-    id: i64,
+    id: CapIncreaseId,
     approved: bool,
-    decided_by: i64,
+    decided_by: OperatorId,
     note: Option<&str>,
     follow_on_key: Option<VaultKeyId>,
 ) -> Result<bool, sqlx::Error> {

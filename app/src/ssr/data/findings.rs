@@ -11,7 +11,7 @@ use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::{
     BillingPeriod, Cents, Currency, EvidenceCall, EvidenceCharge, EvidenceRecord, Finding,
-    FindingFilter, FindingKind, FindingTotal,
+    FindingFilter, FindingId, FindingKind, FindingTotal, OperatorId,
 };
 
 /// A live charge: Stripe took the money and has not given all of it back.
@@ -231,7 +231,7 @@ pub async fn periods(db: impl PgExecutor<'_>) -> Result<Vec<BillingPeriod>, sqlx
 /// The finding, locked for the rest of the transaction: two people
 /// resolving it at once are served one after the other.
 #[tracing::instrument(skip_all)]
-pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<Finding>, sqlx::Error> {
+pub async fn lock(tx: &mut PgConnection, id: FindingId) -> Result<Option<Finding>, sqlx::Error> {
     let exists = sqlx::query("SELECT 1 FROM reconciliation_findings WHERE id = $1 FOR UPDATE")
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -250,9 +250,9 @@ pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<Finding>, sql
 #[tracing::instrument(skip_all)]
 pub async fn resolve(
     tx: &mut PgConnection,
-    id: i64,
+    id: FindingId,
     resolution: &str,
-    by: i64,
+    by: OperatorId,
     note: Option<&str>,
 ) -> Result<bool, sqlx::Error> {
     Ok(sqlx::query(
@@ -298,7 +298,7 @@ pub async fn adopt_charge(
 
 /// One finding, resolved or not.
 #[tracing::instrument(skip_all)]
-pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Finding>, sqlx::Error> {
+pub async fn find(db: impl PgExecutor<'_>, id: FindingId) -> Result<Option<Finding>, sqlx::Error> {
     sqlx::query_as(&format!("{SELECT} WHERE f.id = $1"))
         .bind(id)
         .fetch_optional(db)

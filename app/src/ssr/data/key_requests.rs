@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
 use super::vault_keys::{NewKeyRow, VaultKeyRow, COLUMNS};
-use crate::domain::{BillingPeriod, Cents, Currency, KeyRequest, VaultKeyId};
+use crate::domain::{
+    ApiTokenId, BillingPeriod, Cents, Currency, KeyRequest, KeyRequestId, OperatorId, VaultKeyId,
+};
 
 const SELECT: &str = "SELECT r.id, r.label, r.billing_period, r.currency, r.expected_total_cents,
         r.cap_cents, r.policy_cap_cents, r.over_policy, r.secret_prefix, r.requested_at,
@@ -30,7 +32,7 @@ pub async fn insert(
     over_policy: &str,
     policy_cap_cents: Cents,
     expires_at: DateTime<Utc>,
-) -> Result<i64, sqlx::Error> {
+) -> Result<KeyRequestId, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO key_requests (secret_hash, secret_prefix, label, billing_period, currency,
              expected_total_cents, buffer_bps, cap_cents, allowed_endpoints, key_expires_at,
@@ -62,7 +64,10 @@ pub async fn insert(
 }
 
 #[tracing::instrument(skip_all)]
-pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<KeyRequest>, sqlx::Error> {
+pub async fn find(
+    db: impl PgExecutor<'_>,
+    id: KeyRequestId,
+) -> Result<Option<KeyRequest>, sqlx::Error> {
     sqlx::query_as(&format!("{SELECT} WHERE r.id = $1"))
         .bind(id)
         .fetch_optional(db)
@@ -71,7 +76,10 @@ pub async fn find(db: impl PgExecutor<'_>, id: i64) -> Result<Option<KeyRequest>
 
 /// The request, its row locked until the transaction ends.
 #[tracing::instrument(skip_all)]
-pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<KeyRequest>, sqlx::Error> {
+pub async fn lock(
+    tx: &mut PgConnection,
+    id: KeyRequestId,
+) -> Result<Option<KeyRequest>, sqlx::Error> {
     sqlx::query_as(&format!("{SELECT} WHERE r.id = $1 FOR UPDATE OF r"))
         .bind(id)
         .fetch_optional(tx)
@@ -84,7 +92,7 @@ pub async fn lock(tx: &mut PgConnection, id: i64) -> Result<Option<KeyRequest>, 
 pub async fn waiting_twin(
     db: impl PgExecutor<'_>,
     key: &NewKeyRow<'_>,
-) -> Result<Option<i64>, sqlx::Error> {
+) -> Result<Option<KeyRequestId>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT id FROM key_requests
          WHERE label = $1 AND billing_period = $2 AND decision IS NULL AND expires_at > now()
@@ -130,7 +138,7 @@ pub async fn live_caps(
 /// Issues the requested key as asked, with the secret shown to the
 /// requester, created by the requester.
 #[tracing::instrument(skip_all)]
-pub async fn issue(tx: &mut PgConnection, id: i64) -> Result<VaultKeyRow, sqlx::Error> {
+pub async fn issue(tx: &mut PgConnection, id: KeyRequestId) -> Result<VaultKeyRow, sqlx::Error> {
     sqlx::query_as(&format!(
         "INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
              expected_total_cents, buffer_bps, cap_cents, allowed_endpoints, expires_at, created_by,
@@ -151,9 +159,9 @@ pub async fn issue(tx: &mut PgConnection, id: i64) -> Result<VaultKeyRow, sqlx::
 #[tracing::instrument(skip_all)]
 pub async fn decide(
     tx: &mut PgConnection,
-    id: i64,
+    id: KeyRequestId,
     approved: bool,
-    by: i64,
+    by: OperatorId,
     note: Option<&str>,
     vault_key_id: Option<VaultKeyId>,
 ) -> Result<bool, sqlx::Error> {
@@ -178,8 +186,8 @@ pub async fn decide(
 #[tracing::instrument(skip_all)]
 pub async fn token_ceiling(
     db: impl PgExecutor<'_>,
-    token: i64,
-) -> Result<Option<i64>, sqlx::Error> {
+    token: ApiTokenId,
+) -> Result<Option<Cents>, sqlx::Error> {
     sqlx::query_scalar("SELECT max_cap_cents FROM api_tokens WHERE id = $1")
         .bind(token)
         .fetch_optional(db)

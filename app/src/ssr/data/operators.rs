@@ -1,11 +1,11 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, Postgres};
 
-use crate::domain::{Email, Me, OperatorSummary, Role};
+use crate::domain::{Email, Me, OperatorId, OperatorSummary, Role};
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OperatorRow {
-    pub id: i64,
+    pub id: OperatorId,
     pub email: String,
     #[sqlx(try_from = "String")]
     pub role: Role,
@@ -52,7 +52,7 @@ pub async fn insert(
     email: &Email,
     role: Role,
     password_hash: &str,
-    created_by: Option<i64>,
+    created_by: Option<OperatorId>,
 ) -> Result<OperatorRow, InsertError> {
     sqlx::query_as::<Postgres, OperatorRow>(&format!(
         "INSERT INTO operators (email, role, password_hash, created_by)
@@ -86,7 +86,7 @@ pub async fn find_by_email(
 #[tracing::instrument(skip_all)]
 pub async fn find_by_id(
     db: impl PgExecutor<'_>,
-    id: i64,
+    id: OperatorId,
 ) -> Result<Option<OperatorRow>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {COLUMNS} FROM operators WHERE id = $1"))
         .bind(id)
@@ -115,7 +115,7 @@ pub async fn count(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
 #[tracing::instrument(skip_all)]
 pub async fn count_other_active_admins(
     db: impl PgExecutor<'_>,
-    except: i64,
+    except: OperatorId,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT count(*) FROM operators WHERE role = 'admin' AND disabled_at IS NULL AND id <> $1",
@@ -126,7 +126,11 @@ pub async fn count_other_active_admins(
 }
 
 #[tracing::instrument(skip_all)]
-pub async fn set_role(db: impl PgExecutor<'_>, id: i64, role: Role) -> Result<bool, sqlx::Error> {
+pub async fn set_role(
+    db: impl PgExecutor<'_>,
+    id: OperatorId,
+    role: Role,
+) -> Result<bool, sqlx::Error> {
     let done = sqlx::query("UPDATE operators SET role = $2 WHERE id = $1")
         .bind(id)
         .bind(role.as_str())
@@ -138,7 +142,7 @@ pub async fn set_role(db: impl PgExecutor<'_>, id: i64, role: Role) -> Result<bo
 #[tracing::instrument(skip_all)]
 pub async fn set_disabled(
     db: impl PgExecutor<'_>,
-    id: i64,
+    id: OperatorId,
     disabled: bool,
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
@@ -155,7 +159,7 @@ pub async fn set_disabled(
 #[tracing::instrument(skip_all)]
 pub async fn set_password_hash(
     db: impl PgExecutor<'_>,
-    id: i64,
+    id: OperatorId,
     hash: &str,
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query("UPDATE operators SET password_hash = $2 WHERE id = $1")

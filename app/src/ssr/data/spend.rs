@@ -9,8 +9,7 @@ use sqlx::{types::Json, PgPool};
 use uuid::Uuid;
 
 use super::audit::AuditEntry;
-use crate::domain::VaultKeyId;
-use crate::domain::{BillingPeriod, Cents, Currency};
+use crate::domain::{BillingPeriod, Cents, Currency, VaultKeyId};
 
 /// The outcome of trying to reserve an amount.
 #[derive(Debug, Clone, PartialEq, Eq)]

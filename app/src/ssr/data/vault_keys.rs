@@ -4,8 +4,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool, Postgres, QueryBuilder, Row};
 
 use crate::domain::{
-    BillingPeriod, Cents, Currency, DuplicatePolicy, KeyFilter, KeySort, KeyStatus, KeySummary,
-    PeriodTotals, VaultKeyId,
+    ApiTokenId, BillingPeriod, Cents, Currency, DuplicatePolicy, KeyFilter, KeySort, KeyStatus,
+    KeySummary, OperatorId, PeriodTotals, VaultKeyId,
 };
 
 /// A vault key's row (never its secret, only the hash's lookup).
@@ -86,8 +86,8 @@ pub struct NewKeyRow<'a> {
     pub alert_thresholds_pct: &'a [i16],
     pub duplicate_policy: DuplicatePolicy,
     pub stripe_account: Option<&'a str>,
-    pub created_by: Option<i64>,
-    pub created_by_token: Option<i64>,
+    pub created_by: Option<OperatorId>,
+    pub created_by_token: Option<ApiTokenId>,
     /// The key a follow-on key extends.
     pub parent_key_id: Option<VaultKeyId>,
 }
@@ -306,7 +306,7 @@ pub async fn revoke(
     db: impl PgExecutor<'_>,
     id: VaultKeyId,
     reason: &str,
-    revoked_by: Option<i64>,
+    revoked_by: Option<OperatorId>,
 ) -> Result<Option<VaultKeyRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "UPDATE vault_keys SET revoked_at = now(), revoke_reason = $2, revoked_by = $3
