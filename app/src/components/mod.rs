@@ -6,6 +6,7 @@ mod day_figures;
 mod layout;
 mod notice_banner;
 mod pager;
+mod record_page;
 mod require_role;
 mod utilization;
 
@@ -15,6 +16,7 @@ pub use day_figures::DayFiguresTable;
 pub use layout::Layout;
 pub use notice_banner::NoticeBanner;
 pub use pager::KeysetPager;
+pub use record_page::{record_page, Record};
 pub use require_role::RequireRole;
 pub use utilization::UtilizationMeter;
 

@@ -1,11 +1,9 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_params_map;
 
 use crate::{
-    components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{AuditCallDetail, AuditId, AuditQuery, Decision, Me, Role},
-    error::AppError,
+    components::{record_page, utc, Amount, Record},
+    domain::{AuditCallDetail, AuditQuery, Decision, Me, Role},
     server_fns::get_audit_call,
 };
 
@@ -13,31 +11,15 @@ use crate::{
 /// key and to the calls that share its idempotency key or customer.
 #[component]
 pub fn AuditCallPage() -> impl IntoView {
-    let params = use_params_map();
-    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<AuditId>().ok()));
-    let detail = Resource::new(id, |id| async move {
-        match id {
-            Some(id) => get_audit_call(id).await,
-            None => Err(AppError::NotFound),
-        }
-    });
-    view! {
-        <RequireRole role=Role::Viewer>
-            <Suspense>
-                {move || Suspend::new(async move {
-                    match detail.await {
-                        Ok(detail) => view! { <CallDetail detail/> }.into_any(),
-                        Err(AppError::NotFound) => view! {
-                            <Title text="Call not found"/>
-                            <h1>"Call not found"</h1>
-                            <section class="panel"><p>"The audit log has no such call. " <a href="/audit">"Back to the audit log"</a></p></section>
-                        }.into_any(),
-                        Err(error) => view! { <h1>"Call"</h1><ErrorPanel error/> }.into_any(),
-                    }
-                })}
-            </Suspense>
-        </RequireRole>
-    }
+    record_page(
+        Record {
+            name: "Call",
+            missing: "The audit log has no such call.",
+            back: ("/audit", "Back to the audit log"),
+        },
+        get_audit_call,
+        |detail| view! { <CallDetail detail/> }.into_any(),
+    )
 }
 
 #[component]

@@ -1,15 +1,13 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_params_map;
 
 use super::{
     action_log::{ActionDetails, ActionWhat},
     reconciliation::{FindingActions, Resolution},
 };
 use crate::{
-    components::{utc, Amount, ErrorPanel, RequireRole},
-    domain::{EvidenceCharge, FindingEvidence, FindingId, Me, Role},
-    error::AppError,
+    components::{record_page, utc, Amount, Record},
+    domain::{EvidenceCharge, FindingEvidence, Me, Role},
     server_fns::get_finding,
 };
 
@@ -18,32 +16,16 @@ use crate::{
 /// idempotency keys, and who did what about it. Operators resolve it here.
 #[component]
 pub fn FindingPage() -> impl IntoView {
-    let params = use_params_map();
-    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<FindingId>().ok()));
-    let evidence = Resource::new(id, |id| async move {
-        match id {
-            Some(id) => get_finding(id).await,
-            None => Err(AppError::NotFound),
-        }
-    });
     let can_act = use_context::<Me>().is_some_and(|me| me.role.allows(Role::Operator));
-    view! {
-        <RequireRole role=Role::Viewer>
-            <Suspense>
-                {move || Suspend::new(async move {
-                    match evidence.await {
-                        Ok(evidence) => view! { <Evidence evidence can_act/> }.into_any(),
-                        Err(AppError::NotFound) => view! {
-                            <Title text="Finding not found"/>
-                            <h1>"Finding not found"</h1>
-                            <section class="panel"><p>"There is no such finding. " <a href="/reconciliation">"Back to reconciliation"</a></p></section>
-                        }.into_any(),
-                        Err(error) => view! { <h1>"Finding"</h1><ErrorPanel error/> }.into_any(),
-                    }
-                })}
-            </Suspense>
-        </RequireRole>
-    }
+    record_page(
+        Record {
+            name: "Finding",
+            missing: "There is no such finding.",
+            back: ("/reconciliation", "Back to reconciliation"),
+        },
+        get_finding,
+        move |evidence| view! { <Evidence evidence can_act/> }.into_any(),
+    )
 }
 
 #[component]

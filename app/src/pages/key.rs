@@ -1,14 +1,12 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_params_map;
 
 use crate::{
-    components::{utc, Amount, DayFiguresTable, ErrorPanel, RequireRole, UtilizationMeter},
+    components::{record_page, utc, Amount, DayFiguresTable, Record, UtilizationMeter},
     domain::{
         ApplyAs, Cents, DuplicatePolicy, KeyDetail, KeyStatus, KeySummary, Me, RequestState, Role,
         VaultKeyId,
     },
-    error::AppError,
     server_fns::get_vault_key,
 };
 
@@ -16,32 +14,16 @@ use crate::{
 /// calls were, and revoking it.
 #[component]
 pub fn KeyPage() -> impl IntoView {
-    let params = use_params_map();
-    let id = move || params.with(|p| p.get("id").and_then(|id| id.parse::<VaultKeyId>().ok()));
-    let detail = Resource::new(id, |id| async move {
-        match id {
-            Some(id) => get_vault_key(id).await,
-            None => Err(AppError::NotFound),
-        }
-    });
     let can_act = use_context::<Me>().is_some_and(|me| me.role.allows(Role::Operator));
-    view! {
-        <RequireRole role=Role::Viewer>
-            <Suspense>
-                {move || Suspend::new(async move {
-                    match detail.await {
-                        Ok(detail) => view! { <KeyView detail can_act/> }.into_any(),
-                        Err(AppError::NotFound) => view! {
-                            <Title text="Vault key not found"/>
-                            <h1>"Vault key not found"</h1>
-                            <section class="panel"><p>"There is no such vault key. " <a href="/keys">"Back to the keys list"</a></p></section>
-                        }.into_any(),
-                        Err(error) => view! { <h1>"Vault key"</h1><ErrorPanel error/> }.into_any(),
-                    }
-                })}
-            </Suspense>
-        </RequireRole>
-    }
+    record_page(
+        Record {
+            name: "Vault key",
+            missing: "There is no such vault key.",
+            back: ("/keys", "Back to the keys list"),
+        },
+        get_vault_key,
+        move |detail| view! { <KeyView detail can_act/> }.into_any(),
+    )
 }
 
 #[component]

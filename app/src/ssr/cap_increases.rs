@@ -18,7 +18,8 @@ use super::{
 };
 use crate::{
     domain::{
-        ApplyAs, CapIncrease, CapIncreaseId, Cents, KeyStatus, Me, RequestState, Role, VaultKeyId,
+        ApplyAs, CapIncrease, CapIncreaseId, Cents, KeyStatus, Me, OperatorId, RequestState, Role,
+        VaultKeyId,
     },
     error::AppError,
 };
@@ -203,9 +204,19 @@ pub fn decidable(request: &CapIncrease, approver: &Me) -> Result<(), AppError> {
             )))
         }
     }
-    if request.requested_by_id == Some(approver.id) {
+    not_their_own(request.requested_by_id, approver, &format!("request #{id}"))
+}
+
+/// The four-eyes rule, said before the table's constraint refuses it: whoever
+/// asked for `what` (or made the API token that did) never decides it.
+pub(super) fn not_their_own(
+    requested_by: Option<OperatorId>,
+    approver: &Me,
+    what: &str,
+) -> Result<(), AppError> {
+    if requested_by == Some(approver.id) {
         return Err(AppError::Invalid(format!(
-            "you asked for request #{id} (or made the API token that did), so another approver must decide it (four-eyes rule)"
+            "you asked for {what} (or made the API token that did), so another approver must decide it (four-eyes rule)"
         )));
     }
     Ok(())

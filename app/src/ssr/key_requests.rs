@@ -9,7 +9,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::{
-    cap_increases::{decision_note, Verdict},
+    cap_increases::{decision_note, not_their_own, Verdict},
     data::{
         actions::{self, Actor},
         key_requests, operators,
@@ -167,12 +167,11 @@ pub fn decidable(request: &KeyRequest, approver: &Me) -> Result<(), AppError> {
             )))
         }
     }
-    if request.requested_by_id == Some(approver.id) {
-        return Err(AppError::Invalid(format!(
-            "you asked for key request #{id} (or made the API token that did), so another approver must decide it (four-eyes rule)"
-        )));
-    }
-    Ok(())
+    not_their_own(
+        request.requested_by_id,
+        approver,
+        &format!("key request #{id}"),
+    )
 }
 
 /// Approves (issuing the key as asked) or rejects a waiting key. One
