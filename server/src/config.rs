@@ -110,6 +110,13 @@ pub struct ServeArgs {
     #[arg(long = "alert-webhook", env = "VAULTCAP_ALERT_WEBHOOKS", value_delimiter = ',', value_parser = parse_webhook)]
     pub alert_webhooks: Vec<String>,
 
+    /// Make this instance's shared settings (alert webhooks, cap policy,
+    /// upstream timeout) the fleet's, where they differ from what the other
+    /// instances over this database recorded. Without it, an instance whose
+    /// settings disagree refuses to start and names each difference.
+    #[arg(long, env = "VAULTCAP_REPLACE_FLEET_SETTINGS", default_value_t = false)]
+    pub replace_fleet_settings: bool,
+
     /// Hours a cap increase request waits for a decision before it expires
     /// (sooner when its key expires first).
     #[arg(long, env = "VAULTCAP_CAP_REQUEST_TTL_HOURS", default_value_t = 24,

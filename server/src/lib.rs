@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod embedded_pg;
+pub mod fleet;
 pub mod http;
 pub mod jobs;
 pub mod metrics;

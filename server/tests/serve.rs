@@ -248,3 +248,57 @@ async fn audit_verify_names_the_row_a_superuser_changed() {
     );
     db.stop().await.unwrap();
 }
+
+/// Instances over one database must agree on what they share: a second
+/// instance started with another alert webhook refuses to start and names
+/// the flag and both values (it used to start, claim notifications and
+/// deliver them to nobody); started with --replace-fleet-settings, it
+/// starts and its webhook becomes the fleet's.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_whose_settings_disagree_with_the_fleet_refuses_to_start() {
+    use server::cli::bench::{BenchDatabase, ServeProcess};
+
+    let db = BenchDatabase::start().await.unwrap();
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap"));
+    let log = db.scratch().join("serve.log");
+    let env = |webhook: &str| {
+        vec![
+            ("DATABASE_URL", db.url()),
+            ("VAULTCAP_ALERT_WEBHOOKS", webhook.to_owned()),
+        ]
+    };
+    let first = ServeProcess::start(binary, &env("http://127.0.0.1:9/first"), &log)
+        .await
+        .unwrap();
+
+    let odd = tokio::process::Command::new(binary)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .envs(env("http://127.0.0.1:9/odd"))
+        .kill_on_drop(true)
+        .output();
+    let odd = tokio::time::timeout(std::time::Duration::from_secs(60), odd)
+        .await
+        .expect("the disagreeing instance exits instead of serving")
+        .unwrap();
+    let said = String::from_utf8_lossy(&odd.stderr);
+    assert!(!odd.status.success());
+    assert!(
+        said.contains(
+            r#"--alert-webhook is ["http://127.0.0.1:9/odd"] here and ["http://127.0.0.1:9/first"] in the fleet"#
+        ),
+        "{said}"
+    );
+
+    let mut replacing = env("http://127.0.0.1:9/odd");
+    replacing.push(("VAULTCAP_REPLACE_FLEET_SETTINGS", "true".to_owned()));
+    let second = ServeProcess::start(binary, &replacing, &log).await.unwrap();
+    let fleet: serde_json::Value =
+        sqlx::query_scalar("SELECT value FROM fleet_settings WHERE flag = '--alert-webhook'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(fleet, serde_json::json!(["http://127.0.0.1:9/odd"]));
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+    db.stop().await.unwrap();
+}

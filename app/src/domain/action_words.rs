@@ -109,6 +109,11 @@ const ACTIONS: &[(&str, &str, Subject)] = &[
         "Reset the password of operator",
         Subject::Shown,
     ),
+    (
+        "fleet_setting.replace",
+        "Replaced the fleet's setting",
+        Subject::Shown,
+    ),
     ("revoke_api_token", "Revoked API token", Subject::Shown),
     ("revoke_vault_key", "Revoked vault key", Subject::Shown),
     (
@@ -186,7 +191,7 @@ impl ActionEntry {
         // A name beside the id where the entry recorded one.
         let named = |name: &str| self.detail(name).map(|value| format!("“{value}” #{id}"));
         let words = match self.subject_type.as_str() {
-            "billing_period" => id.to_owned(),
+            "billing_period" | "fleet_setting" => id.to_owned(),
             "operator" => self
                 .detail("email")
                 .map_or_else(|| format!("#{id}"), str::to_owned),

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use crate::{
     config::ServeArgs,
     db::Database,
-    http,
+    fleet, http,
     jobs::{notifier::Notifier, unknown_outcomes},
     proxy::upstream::{StripeSecret, Upstream},
 };
@@ -33,6 +33,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     crate::metrics::install();
     let db = Database::open(&args.database).await?;
+    fleet::agree(
+        &db.pool,
+        &fleet::settings_of(&args),
+        args.replace_fleet_settings,
+    )
+    .await?;
     if let Some(password) = accounts::bootstrap_admin(&db.pool, &bootstrap_email)
         .await
         .map_err(|err| anyhow::anyhow!("creating the first admin: {err}"))?
@@ -65,7 +71,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         }
     });
-    let notifier = tokio::spawn(Notifier::new(db.pool.clone(), args.alert_webhooks.clone())?.run());
+    let notifier = tokio::spawn(Notifier::new(db.pool.clone())?.run());
     let upstream = Upstream::new(
         &args.stripe.stripe_api_base,
         args.stripe.stripe_secret_key.clone().map(StripeSecret::new),

@@ -1,7 +1,9 @@
 //! Delivers alert and cap increase notifications to the configured webhooks.
 //!
 //! Alerts and cap increase requests (made, decided) are queued in `alert_notifications` in the same transaction that
-//! raises them (the outbox); this job plans one delivery per webhook and
+//! raises them (the outbox); this job plans one delivery per webhook of the
+//! fleet (`--alert-webhook` in `fleet_settings`, read on every pass, so every
+//! instance delivers to the same list) and
 //! posts each until it succeeds, with backoff. Nothing here runs inside the
 //! proxy's path: a webhook that is down delays only its own deliveries.
 //!
@@ -37,7 +39,6 @@ const MAX_RETRY: Duration = Duration::from_secs(3600);
 pub struct Notifier {
     pool: PgPool,
     client: reqwest::Client,
-    webhooks: Vec<String>,
 }
 
 /// What one pass did.
@@ -59,16 +60,12 @@ struct Due {
 }
 
 impl Notifier {
-    pub fn new(pool: PgPool, webhooks: Vec<String>) -> anyhow::Result<Self> {
+    pub fn new(pool: PgPool) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .user_agent(concat!("vaultcap/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self {
-            pool,
-            client,
-            webhooks,
-        })
+        Ok(Self { pool, client })
     }
 
     /// Runs until aborted: a pass whenever an alert is raised (LISTEN) and
@@ -122,10 +119,11 @@ impl Notifier {
                  RETURNING id
              )
              INSERT INTO alert_deliveries (notification_id, url)
-             SELECT planned.id, url FROM planned, unnest($1::text[]) AS url
+             SELECT planned.id, url
+             FROM planned, jsonb_array_elements_text(
+                 (SELECT value FROM fleet_settings WHERE flag = '--alert-webhook')) AS url
              ON CONFLICT ON CONSTRAINT alert_deliveries_once DO NOTHING",
         )
-        .bind(&self.webhooks)
         .execute(&self.pool)
         .await?
         .rows_affected();

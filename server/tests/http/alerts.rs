@@ -90,13 +90,31 @@ pub(crate) async fn receiver(status: StatusCode) -> (String, Arc<Mutex<Vec<serde
     (url, received)
 }
 
+/// The notifier of an instance given no webhook of its own (one of three
+/// started without --alert-webhook used to claim alerts and send them to
+/// nobody) delivers what it claims to the fleet's webhooks.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn whichever_instance_claims_an_alert_delivers_it_to_the_fleets_webhooks(pool: PgPool) {
+    let (app, _stripe, key, _key_id) = proxy_with_key(pool.clone(), 1000).await;
+    let (url, received) = receiver(StatusCode::OK).await;
+    let configured = crate::helpers::notifier(&pool, &[&url]).await;
+    let unconfigured = Notifier::new(pool.clone()).unwrap();
+    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+
+    let claimed = unconfigured.pass().await.unwrap();
+    assert_eq!((claimed.planned, claimed.delivered), (1, 1));
+    let after = configured.pass().await.unwrap();
+    assert_eq!((after.planned, after.delivered), (0, 0));
+    assert_eq!(received.lock().unwrap().len(), 1);
+}
+
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn each_webhook_gets_one_delivery_and_a_failing_one_is_retried_later(pool: PgPool) {
     let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 1000).await;
     app.stripe("/v1/charges", &key, CHARGE, &[]).await;
     let (good, good_received) = receiver(StatusCode::OK).await;
     let (down, down_received) = receiver(StatusCode::SERVICE_UNAVAILABLE).await;
-    let notifier = Notifier::new(pool.clone(), vec![good, down]).unwrap();
+    let notifier = crate::helpers::notifier(&pool, &[&good, &down]).await;
 
     let first = notifier.pass().await.unwrap();
     assert_eq!(

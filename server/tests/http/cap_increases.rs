@@ -16,7 +16,6 @@ use app::{
     error::AppError,
     ssr::cap_increases::{self, Verdict},
 };
-use server::jobs::notifier::Notifier;
 
 /// The request form's body.
 fn ask(new_cap: &str, reason: &str, apply_as: &str) -> String {
@@ -822,7 +821,7 @@ async fn approving_a_follow_on_key_issues_a_linked_key_for_the_difference(pool: 
 async fn requests_and_decisions_reach_the_webhooks(pool: PgPool) {
     let (app, _stripe, _secret, key) = proxy_with_key(pool.clone(), 5_000).await;
     let (url, received) = receiver(StatusCode::OK).await;
-    let notifier = Notifier::new(pool.clone(), vec![url]).unwrap();
+    let notifier = crate::helpers::notifier(&pool, &[&url]).await;
     let operator = app.signed_in("ops@example.com", Role::Operator).await;
     app.post_form(
         &format!("/keys/{key}/cap-increase-requests"),

@@ -407,3 +407,16 @@ impl TestResponse {
 pub fn in_a_month() -> String {
     (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339()
 }
+
+/// The notifier of an instance whose fleet delivers alerts to `webhooks`
+/// (as `vaultcap serve --alert-webhook` records them).
+pub async fn notifier(pool: &PgPool, webhooks: &[&str]) -> server::jobs::notifier::Notifier {
+    server::fleet::agree(
+        pool,
+        &[("--alert-webhook", serde_json::json!(webhooks))],
+        false,
+    )
+    .await
+    .unwrap();
+    server::jobs::notifier::Notifier::new(pool.clone()).unwrap()
+}

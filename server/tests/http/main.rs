@@ -13,6 +13,7 @@ mod auth;
 mod cap_increases;
 mod demo;
 mod duplicate_guard;
+mod fleet;
 mod hostile;
 mod key_api;
 mod key_pages;
