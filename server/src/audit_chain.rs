@@ -219,20 +219,11 @@ pub async fn check_new_rows(pool: &PgPool) -> anyhow::Result<Report> {
 /// `check_new_rows` by one instance of the fleet at a time (the others skip
 /// the round), logging what it found.
 pub async fn check_in_background(pool: &PgPool) -> anyhow::Result<()> {
-    // Session-level, on a connection of its own: held for the whole check,
-    // let go with the connection if this process dies.
-    let mut conn = pool.acquire().await?;
-    let locked: bool =
-        sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('vaultcap.audit_chain'))")
-            .fetch_one(&mut *conn)
-            .await?;
-    if !locked {
+    let Some(report) =
+        crate::jobs::once_in_fleet(pool, "audit_chain", check_new_rows(pool)).await?
+    else {
         return Ok(());
-    }
-    let report = check_new_rows(pool).await;
-    sqlx::query("SELECT pg_advisory_unlock(hashtext('vaultcap.audit_chain'))")
-        .execute(&mut *conn)
-        .await?;
+    };
     if let Some(broken) = report?.broken {
         tracing::error!(
             day = %broken.day,

@@ -18,7 +18,7 @@ use crate::{
     config::ServeArgs,
     db::Database,
     fleet, http,
-    jobs::{notifier::Notifier, unknown_outcomes},
+    jobs::{self, notifier::Notifier, unknown_outcomes},
     proxy::upstream::{StripeSecret, Upstream},
 };
 
@@ -59,12 +59,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
             loop {
                 every_minute.tick().await;
-                if let Err(err) = sweep_abandoned(&pool).await {
-                    tracing::error!(error = %err, "sweeping abandoned reservations");
-                }
-                if let Err(err) = alerts::raise_expiring(&pool).await {
-                    tracing::error!(error = %err, "raising expiry alerts");
-                }
+                fleet_round(&pool, "sweep", sweep_abandoned(&pool)).await;
+                fleet_round(&pool, "expiry", alerts::raise_expiring(&pool)).await;
                 if let Err(err) = crate::audit_chain::check_in_background(&pool).await {
                     tracing::error!(error = %err, "checking the audit log's hash chain");
                 }
@@ -84,13 +80,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
             loop {
                 every_minute.tick().await;
-                match unknown_outcomes::resolve(&pool, &upstream).await {
-                    Ok(resolved) if resolved != Default::default() => {
+                let round = unknown_outcomes::resolve(&pool, &upstream);
+                if let Some(resolved) = fleet_round(&pool, "unknown_outcomes", round).await {
+                    if resolved != Default::default() {
                         tracing::info!(?resolved, "asked Stripe about calls of unknown outcome")
-                    }
-                    Ok(_) => {}
-                    Err(err) => {
-                        tracing::error!(error = %err, "asking Stripe about unknown outcomes")
                     }
                 }
             }
@@ -162,6 +155,28 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let _ = tokio::join!(notifier, minutely, asking);
     db.close().await?;
     served
+}
+
+/// One round of the background job `name`, unless another instance of the
+/// fleet is running it (`jobs::once_in_fleet`); a failure is logged, and the
+/// next round tries again.
+async fn fleet_round<T, E: std::fmt::Display>(
+    pool: &sqlx::PgPool,
+    name: &str,
+    job: impl std::future::Future<Output = Result<T, E>>,
+) -> Option<T> {
+    match jobs::once_in_fleet(pool, name, job).await {
+        Ok(Some(Ok(done))) => Some(done),
+        Ok(None) => None,
+        Ok(Some(Err(err))) => {
+            tracing::error!(error = %err, job = name, "background job failed");
+            None
+        }
+        Err(err) => {
+            tracing::error!(error = %err, job = name, "claiming a background job");
+            None
+        }
+    }
 }
 
 /// Records reservations a minute past the time their process answered for

@@ -76,23 +76,10 @@ pub async fn sync_period(
     options: &SyncOptions,
     mut progress: impl FnMut(&SyncRow),
 ) -> Result<SyncRow, SyncError> {
-    let name = period.to_string();
-    // The lock lives as long as this connection's session: held for the run.
-    let mut lock = pool.acquire().await?;
-    let locked: bool =
-        sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('stripe_sync:' || $1))")
-            .bind(&name)
-            .fetch_one(&mut *lock)
-            .await?;
-    if !locked {
-        return Err(SyncError::Busy(name));
-    }
-    let outcome = run(pool, client, period, options, &mut progress).await;
-    sqlx::query("SELECT pg_advisory_unlock(hashtext('stripe_sync:' || $1))")
-        .bind(&name)
-        .execute(&mut *lock)
-        .await?;
-    outcome
+    let sync = run(pool, client, period, options, &mut progress);
+    crate::jobs::once_in_fleet(pool, &format!("stripe_sync:{period}"), sync)
+        .await?
+        .unwrap_or_else(|| Err(SyncError::Busy(period.to_string())))
 }
 
 async fn run(

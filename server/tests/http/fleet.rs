@@ -70,3 +70,43 @@ async fn replacing_the_fleets_settings_is_in_the_action_log(pool: PgPool) {
         )
     );
 }
+
+/// The fleet's background jobs (the sweep, the expiry check, the unknown
+/// outcomes round, the audit chain check, a period's sync) run in one
+/// instance at a time: another instance's round finds the job taken and
+/// skips it, and the job is free again as soon as the round ends.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_background_job_runs_in_one_instance_at_a_time(pool: PgPool) {
+    use std::sync::Arc;
+
+    use server::jobs::once_in_fleet;
+    use tokio::sync::Notify;
+
+    let (started, finish) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let first = tokio::spawn({
+        let (pool, started, finish) = (pool.clone(), started.clone(), finish.clone());
+        async move {
+            once_in_fleet(&pool, "sweep", async {
+                started.notify_one();
+                finish.notified().await;
+                "first"
+            })
+            .await
+        }
+    });
+    started.notified().await;
+
+    let meanwhile = once_in_fleet(&pool, "sweep", async { "second" }).await;
+    assert_eq!(
+        meanwhile.unwrap(),
+        None,
+        "the running sweep is not run twice"
+    );
+    let other = once_in_fleet(&pool, "expiry", async { "expiry" }).await;
+    assert_eq!(other.unwrap(), Some("expiry"), "other jobs run beside it");
+
+    finish.notify_one();
+    assert_eq!(first.await.unwrap().unwrap(), Some("first"));
+    let next = once_in_fleet(&pool, "sweep", async { "next" }).await;
+    assert_eq!(next.unwrap(), Some("next"));
+}
