@@ -110,6 +110,13 @@ pub struct ServeArgs {
     #[arg(long = "alert-webhook", env = "VAULTCAP_ALERT_WEBHOOKS", value_delimiter = ',', value_parser = parse_webhook)]
     pub alert_webhooks: Vec<String>,
 
+    /// Seconds between SIGTERM and closing the listener, while `/readyz`
+    /// answers 503 so a load balancer's health check takes this instance
+    /// out; calls that still arrive are served. 0: close at once.
+    #[arg(long, env = "VAULTCAP_DRAIN_SECS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub drain_secs: u64,
+
     /// Make this instance's shared settings (alert webhooks, cap policy,
     /// upstream timeout) the fleet's, where they differ from what the other
     /// instances over this database recorded. Without it, an instance whose

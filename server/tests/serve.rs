@@ -302,3 +302,67 @@ async fn an_instance_whose_settings_disagree_with_the_fleet_refuses_to_start() {
     second.stop().await.unwrap();
     db.stop().await.unwrap();
 }
+
+/// Behind a load balancer, SIGTERM first drains: /readyz answers 503 so the
+/// balancer's health check takes the instance out, while calls that still
+/// arrive are served; only then does the listener close.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_readyz_answers_503_while_calls_are_still_served() {
+    use axum::{routing::post, Json, Router};
+    use server::cli::bench::{issue_keys, serve, BenchDatabase, ServeProcess};
+
+    let db = BenchDatabase::start().await.unwrap();
+    let (secret, _key) = issue_keys(&db.pool, 1, 10_000).await.unwrap().remove(0);
+    let stripe = Router::new().route(
+        "/v1/charges",
+        post(|| async { Json(serde_json::json!({ "id": "ch_drained", "object": "charge" })) }),
+    );
+    let env = [
+        ("DATABASE_URL", db.url()),
+        (
+            "STRIPE_API_BASE",
+            format!("http://{}", serve(stripe).await.unwrap()),
+        ),
+        ("STRIPE_SECRET_KEY", "sk_test".to_owned()),
+        ("VAULTCAP_DRAIN_SECS", "3".to_owned()),
+    ];
+    let mut proxy = ServeProcess::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap")),
+        &env,
+        &db.scratch().join("serve.log"),
+    )
+    .await
+    .unwrap();
+    let client = reqwest::Client::new();
+    let readyz = format!("{}/readyz", proxy.base);
+    let ready = || client.get(&readyz).send();
+    assert_eq!(ready().await.unwrap().status(), 200);
+
+    proxy.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(
+        proxy.next_line().await.as_deref(),
+        Some("Draining: /readyz answers 503 for 3 s while calls are still served")
+    );
+    let draining = ready().await.unwrap();
+    assert_eq!(draining.status(), 503);
+    assert_eq!(draining.text().await.unwrap(), "draining");
+    let charge = client
+        .post(format!("{}/v1/charges", proxy.base))
+        .bearer_auth(&secret)
+        .form(&[("amount", "2500"), ("currency", "usd")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        charge.status(),
+        200,
+        "a call arriving while draining is served"
+    );
+
+    assert_eq!(
+        proxy.next_line().await.as_deref(),
+        Some("Shutting down: finishing the calls in flight")
+    );
+    proxy.wait().await.unwrap();
+    db.stop().await.unwrap();
+}

@@ -128,12 +128,26 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.addr))?;
     let signalled = super::shutdown_signal();
-    let shutdown = async {
-        signalled.await;
-        println!("Shutting down: finishing the calls in flight");
+    // Closing the tracker of proxied calls marks the instance as draining
+    // (`/readyz` answers 503); it goes on serving until the listener closes.
+    let calls = TaskTracker::new();
+    let drain = std::time::Duration::from_secs(args.drain_secs);
+    let shutdown = {
+        let calls = calls.clone();
+        async move {
+            signalled.await;
+            calls.close();
+            if !drain.is_zero() {
+                println!(
+                    "Draining: /readyz answers 503 for {} s while calls are still served",
+                    drain.as_secs()
+                );
+                tokio::time::sleep(drain).await;
+            }
+            println!("Shutting down: finishing the calls in flight");
+        }
     };
     println!("Vaultcap console: http://{}", listener.local_addr()?);
-    let calls = TaskTracker::new();
     let served = axum::serve(
         listener,
         http::router_tracking(state, upstream, db.ledger_pool.clone(), calls.clone())

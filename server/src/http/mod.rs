@@ -112,7 +112,7 @@ pub fn router_tracking(
         pool: ledger_pool,
         upstream,
         keys: KeyLookup::new(),
-        calls,
+        calls: calls.clone(),
     });
     let pkg_dir = std::path::Path::new(state.leptos_options.site_root.as_ref()).join("pkg");
     Router::new()
@@ -125,7 +125,10 @@ pub fn router_tracking(
         )
         .nest_service("/pkg", ServeDir::new(pkg_dir))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
+        .route(
+            "/readyz",
+            get(move |state| readyz(state, calls.is_closed())),
+        )
         .route("/metrics", get(metrics))
         .with_state(state)
         .layer(CompressionLayer::new())
@@ -259,8 +262,13 @@ pub fn console_routes(state: AppState) -> ConsoleRoutes {
         .route(POST, "/tokens/{id}/revoke", Admin, api_tokens::revoke)
 }
 
-/// Answers 200 while the database answers (the proxy fails closed without it).
-async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
+/// Answers 200 while the database answers (the proxy fails closed without
+/// it), and 503 once `serve` is draining (its tracker of proxied calls is
+/// closed at SIGTERM) so a load balancer stops sending it calls.
+async fn readyz(State(state): State<AppState>, draining: bool) -> (StatusCode, &'static str) {
+    if draining {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining");
+    }
     match sqlx::query("SELECT 1").execute(&state.pool).await {
         Ok(_) => (StatusCode::OK, "ready"),
         Err(err) => {
