@@ -39,3 +39,22 @@ async fn killing_the_proxy_mid_run_never_lets_a_cent_over_the_cap() {
     assert_eq!(report.audited_charges, 2_000);
     assert_eq!(report.unreserved_upstream_charges, 0);
 }
+
+/// Three instances behind HAProxy, health-checked on /readyz: one killed
+/// and one drained while 64 clients charge. Clients retry what broke with
+/// the same Idempotency-Key: never a cent over the cap, every charge
+/// audited, no charge made twice or made without a reservation.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_behind_haproxy_holds_the_cap_with_one_instance_killed_and_one_drained() {
+    let report = load(0).run_behind_haproxy().await.unwrap();
+    report.print("behind HAProxy");
+    report.check_held().unwrap();
+    assert!(
+        report.retries > 0,
+        "the kill broke calls in flight: {report:?}"
+    );
+    assert!(report.upstream_cents <= report.cap_cents);
+    assert_eq!(report.audited_charges, 2_000);
+    assert_eq!(report.unreserved_upstream_charges, 0);
+    assert_eq!(report.unaudited_successes, 0);
+}

@@ -1,7 +1,8 @@
 //! `vaultcap bench cap`: the cap under load. Concurrent clients fire charges
 //! at one key whose cap admits exactly `admits` of them, through a real
 //! `vaultcap serve` process in front of an instant fake Stripe; then the same
-//! with that process killed (SIGKILL) and restarted mid-run. Prints what
+//! with that process killed (SIGKILL) and restarted mid-run; then three
+//! instances behind HAProxy, one killed and one drained mid-run. Prints what
 //! happened and fails unless the cap held and every call is accounted for.
 //!
 //! Clients behave like a billing job with idempotency keys: one key per
@@ -25,7 +26,10 @@ use clap::Args;
 use tokio::sync::watch;
 
 use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
-use app::ssr::data::spend;
+use app::{
+    domain::VaultKeyId,
+    ssr::data::{spend, vault_keys::VaultKeyRow},
+};
 
 /// Every charge is for this many cents.
 const AMOUNT: i64 = 100;
@@ -69,13 +73,17 @@ pub async fn run(args: CapBenchArgs) -> anyhow::Result<()> {
 
     let killed = Load {
         kills: args.kills,
-        ..load
+        ..load.clone()
     }
     .run()
     .await?;
     killed.print(&format!("{} kills", args.kills));
     killed.check_held()?;
-    println!("\nthe cap held and every call is accounted for in both runs");
+
+    let fleet = load.run_behind_haproxy().await?;
+    fleet.print("three instances behind HAProxy, one killed, one drained");
+    fleet.check_held()?;
+    println!("\nthe cap held and every call is accounted for in all three runs");
     Ok(())
 }
 
@@ -149,35 +157,113 @@ impl Load {
     }
 
     async fn run_in(&self, db: &BenchDatabase) -> anyhow::Result<Report> {
-        let cap_cents = self.admits as i64 * AMOUNT;
-        let (secret, key) = issue_keys(&db.pool, 1, cap_cents)
-            .await?
-            .pop()
-            .context("a key was issued")?;
+        let (secret, key) = self.issue_key(db).await?;
         let stripe = FakeStripe::default();
         let stripe_base = format!("http://{}", serve(stripe.router()).await?);
         let log = db.scratch().join("serve.log");
         let mut proxy =
             ServeProcess::start(&self.binary, &self.serve_env(db, &stripe_base), &log).await?;
-
         let (base_tx, base_rx) = watch::channel(proxy.base.clone());
-        let (answered_tx, mut answered_rx) = watch::channel(0usize);
+        let clients = self.clients(&secret, base_rx, false)?;
+
+        // Kill and restart at evenly spaced points while the cap still
+        // admits charges, so that kills cut off calls that move money.
+        let mut answered = clients.answered.clone();
+        for kill in 1..=self.kills {
+            let at = self.admits * kill / (self.kills + 1);
+            answered.wait_for(|count| *count >= at).await?;
+            proxy.kill().await?;
+            proxy =
+                ServeProcess::start(&self.binary, &self.serve_env(db, &stripe_base), &log).await?;
+            base_tx.send_replace(proxy.base.clone());
+        }
+
+        let (tally, elapsed) = clients.finish().await?;
+        proxy.stop().await?;
+        self.report(db, key.id, &stripe, tally, elapsed).await
+    }
+
+    /// The run as a fleet: three instances behind HAProxy (Debian's
+    /// package), health-checked on `/readyz`. A third of the way through
+    /// the admitted charges the first instance is killed (SIGKILL), two
+    /// thirds of the way the second is drained (SIGTERM); clients see
+    /// broken connections and HAProxy's 502s and retry each charge with its
+    /// Idempotency-Key, as a billing job would. `kills` is not used.
+    pub async fn run_behind_haproxy(&self) -> anyhow::Result<Report> {
+        let db = BenchDatabase::start().await?;
+        let result = self.fleet_in(&db).await;
+        db.stop().await?;
+        result
+    }
+
+    async fn fleet_in(&self, db: &BenchDatabase) -> anyhow::Result<Report> {
+        let (secret, key) = self.issue_key(db).await?;
+        let stripe = FakeStripe::default();
+        let stripe_base = format!("http://{}", serve(stripe.router()).await?);
+        let log = db.scratch().join("serve.log");
+        let mut env = self.serve_env(db, &stripe_base);
+        env.push(("VAULTCAP_DRAIN_SECS", "1".to_owned()));
+        let mut instances = Vec::new();
+        for _ in 0..3 {
+            instances.push(ServeProcess::start(&self.binary, &env, &log).await?);
+        }
+        let balancer = HaProxy::start(db.scratch(), &instances).await?;
+        let (_base, base_rx) = watch::channel(balancer.base.clone());
+        let clients = self.clients(&secret, base_rx, true)?;
+
+        let mut answered = clients.answered.clone();
+        answered.wait_for(|count| *count >= self.admits / 3).await?;
+        instances[0].kill().await?;
+        answered
+            .wait_for(|count| *count >= self.admits * 2 / 3)
+            .await?;
+        instances[1].signal(nix::sys::signal::Signal::SIGTERM)?;
+
+        let (tally, elapsed) = clients.finish().await?;
+        instances[1].wait().await.context("the drained instance")?;
+        instances
+            .pop()
+            .context("the third instance")?
+            .stop()
+            .await?;
+        drop(balancer);
+        self.report(db, key.id, &stripe, tally, elapsed).await
+    }
+
+    async fn issue_key(&self, db: &BenchDatabase) -> anyhow::Result<(String, VaultKeyRow)> {
+        let cap_cents = self.admits as i64 * AMOUNT;
+        issue_keys(&db.pool, 1, cap_cents)
+            .await?
+            .pop()
+            .context("a key was issued")
+    }
+
+    /// `concurrency` clients sending the run's charges and hostile calls to
+    /// `base`, each charge until it has an answer.
+    fn clients(
+        &self,
+        secret: &str,
+        base: watch::Receiver<String>,
+        behind_balancer: bool,
+    ) -> anyhow::Result<Clients> {
+        let (answered_tx, answered) = watch::channel(0usize);
         let answered_tx = Arc::new(answered_tx);
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(self.concurrency)
             .build()?;
         let started = Instant::now();
-        let mut clients = tokio::task::JoinSet::new();
+        let mut running = tokio::task::JoinSet::new();
         for _ in 0..self.concurrency {
             let charger = Charger {
                 client: client.clone(),
-                secret: secret.clone(),
-                base: base_rx.clone(),
+                secret: secret.to_owned(),
+                base: base.clone(),
+                behind_balancer,
             };
             let (next, answered) = (next.clone(), answered_tx.clone());
             let (charges, hostile) = (self.charges, self.hostile);
-            clients.spawn(async move {
+            running.spawn(async move {
                 let mut tally = Tally::default();
                 let total = charges + hostile;
                 loop {
@@ -196,38 +282,35 @@ impl Load {
                 }
             });
         }
+        Ok(Clients {
+            running,
+            answered,
+            started,
+        })
+    }
 
-        // Kill and restart at evenly spaced points while the cap still
-        // admits charges, so that kills cut off calls that move money.
-        for kill in 1..=self.kills {
-            let at = self.admits * kill / (self.kills + 1);
-            answered_rx.wait_for(|count| *count >= at).await?;
-            proxy.kill().await?;
-            proxy =
-                ServeProcess::start(&self.binary, &self.serve_env(db, &stripe_base), &log).await?;
-            base_tx.send_replace(proxy.base.clone());
-        }
-
-        let mut tally = Tally::default();
-        while let Some(done) = clients.join_next().await {
-            tally.add(done??);
-        }
-        let elapsed = started.elapsed();
-        proxy.stop().await?;
+    /// What the clients, the fake Stripe and the ledger say about the run.
+    async fn report(
+        &self,
+        db: &BenchDatabase,
+        key: VaultKeyId,
+        stripe: &FakeStripe,
+        tally: Tally,
+        elapsed: Duration,
+    ) -> anyhow::Result<Report> {
         // Reservations the killed processes left pending are recorded as
         // outcome unknown (what `serve` does for older ones at start-up).
         spend::sweep_abandoned(&db.pool, -3600).await?;
-
         let (spent_cents, reserved_cents): (i64, i64) =
             sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
-                .bind(key.id)
+                .bind(key)
                 .fetch_one(&db.pool)
                 .await?;
         let (audit_rows, audited_charges): (i64, i64) = sqlx::query_as(
             "SELECT count(*), count(DISTINCT idempotency_key) FROM audit_log
              WHERE vault_key_id = $1 AND (idempotency_key LIKE 'charge-%')",
         )
-        .bind(key.id)
+        .bind(key)
         .fetch_one(&db.pool)
         .await?;
         let hostile_audit_rows: i64 = sqlx::query_scalar(
@@ -242,7 +325,7 @@ impl Load {
              WHERE NOT EXISTS (SELECT 1 FROM reservations r WHERE r.vault_key_id = $2 AND r.idempotency_key = k)",
         )
         .bind(charged.keys().cloned().collect::<Vec<_>>())
-        .bind(key.id)
+        .bind(key)
         .fetch_one(&db.pool)
         .await?;
         let unaudited_successes: i64 = sqlx::query_scalar(
@@ -250,7 +333,7 @@ impl Load {
              WHERE NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.vault_key_id = $2 AND a.stripe_object_id = c)",
         )
         .bind(&tally.charge_ids)
-        .bind(key.id)
+        .bind(key)
         .fetch_one(&db.pool)
         .await?;
 
@@ -268,7 +351,7 @@ impl Load {
             in_flight_retries: tally.in_flight_retries,
             upstream_charges: charged.len(),
             upstream_cents: charged.len() as i64 * AMOUNT,
-            cap_cents,
+            cap_cents: self.admits as i64 * AMOUNT,
             spent_cents,
             reserved_cents,
             audit_rows,
@@ -404,6 +487,93 @@ impl Report {
     }
 }
 
+/// The clients of a run, sending.
+struct Clients {
+    running: tokio::task::JoinSet<anyhow::Result<Tally>>,
+    /// Charges answered so far.
+    answered: watch::Receiver<usize>,
+    started: Instant,
+}
+
+impl Clients {
+    /// Waits for every client; their tallies together, and how long it took.
+    async fn finish(mut self) -> anyhow::Result<(Tally, Duration)> {
+        let mut tally = Tally::default();
+        while let Some(done) = self.running.join_next().await {
+            tally.add(done??);
+        }
+        Ok((tally, self.started.elapsed()))
+    }
+}
+
+/// HAProxy in front of `vaultcap serve` instances, in the foreground of
+/// its own process (killed when dropped).
+struct HaProxy {
+    _process: tokio::process::Child,
+    base: String,
+}
+
+impl HaProxy {
+    async fn start(scratch: &std::path::Path, instances: &[ServeProcess]) -> anyhow::Result<Self> {
+        let port = {
+            let free = std::net::TcpListener::bind("127.0.0.1:0")?;
+            free.local_addr()?.port()
+        };
+        let servers: String = instances
+            .iter()
+            .enumerate()
+            .map(|(n, instance)| {
+                let addr = instance.base.trim_start_matches("http://");
+                format!("    server vaultcap{n} {addr} check\n")
+            })
+            .collect();
+        // Only a connection that failed is sent again by HAProxy: a call
+        // that reached an instance is the client's to retry, with its
+        // Idempotency-Key.
+        let config = format!(
+            "global\n    maxconn 1024\n\
+             defaults\n    mode http\n    timeout connect 1s\n    timeout client 60s\n\
+             \x20   timeout server 60s\n    retries 3\n    retry-on conn-failure\n\
+             \x20   option redispatch 1\n\
+             frontend proxy\n    bind 127.0.0.1:{port}\n    default_backend vaultcap\n\
+             backend vaultcap\n    balance roundrobin\n    option httpchk GET /readyz\n\
+             \x20   http-check expect status 200\n    default-server inter 200ms fall 1 rise 2\n\
+             {servers}"
+        );
+        let path = scratch.join("haproxy.cfg");
+        std::fs::write(&path, config)?;
+        let log = std::fs::File::create(scratch.join("haproxy.log"))?;
+        let process = tokio::process::Command::new("/usr/sbin/haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&path)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .context(
+                "starting /usr/sbin/haproxy (Debian's haproxy package; scripts/setup installs it)",
+            )?;
+        let base = format!("http://127.0.0.1:{port}");
+        // Ready once it answers through to an instance.
+        let client = reqwest::Client::new();
+        let started = Instant::now();
+        loop {
+            match client.get(format!("{base}/readyz")).send().await {
+                Ok(answer) if answer.status().is_success() => break,
+                _ if started.elapsed() > Duration::from_secs(10) => {
+                    anyhow::bail!("HAProxy did not answer within 10 s: see haproxy.log")
+                }
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        Ok(Self {
+            _process: process,
+            base,
+        })
+    }
+}
+
 /// One client's view of a run.
 #[derive(Debug, Default)]
 struct Tally {
@@ -433,6 +603,9 @@ struct Charger {
     client: reqwest::Client,
     secret: String,
     base: watch::Receiver<String>,
+    /// Sending through a load balancer: the address stays, and a broken
+    /// call comes back as a broken connection or the balancer's own 5xx.
+    behind_balancer: bool,
 }
 
 impl Charger {
@@ -463,20 +636,18 @@ impl Charger {
             let (status, body) = match answer {
                 Ok(answer) => answer,
                 Err(err) if err.is_connect() || err.is_request() || err.is_body() => {
-                    // The proxy was killed: wait until it is back elsewhere.
                     tally.retries += 1;
-                    let mut base_rx = self.base.clone();
-                    tokio::time::timeout(
-                        Duration::from_secs(60),
-                        base_rx.wait_for(|current| *current != base),
-                    )
-                    .await
-                    .context("the proxy did not come back within 60 s")??;
+                    self.reconnect(&base).await?;
                     continue;
                 }
                 Err(err) => return Err(err.into()),
             };
             let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            if self.balancer_failed(status, &body) {
+                tally.retries += 1;
+                self.reconnect(&base).await?;
+                continue;
+            }
             let in_use =
                 status.as_u16() == 409 && body["error"]["code"] == "idempotency_key_in_use";
             // A restarted proxy whose ledger connection is not back yet
@@ -507,6 +678,30 @@ impl Charger {
 }
 
 impl Charger {
+    /// After a broken connection: a moment's pause behind a balancer (it
+    /// sends the retry to an instance still up), otherwise a wait until the
+    /// killed proxy is back at a new address.
+    async fn reconnect(&self, base: &str) -> anyhow::Result<()> {
+        if self.behind_balancer {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return Ok(());
+        }
+        let mut base_rx = self.base.clone();
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            base_rx.wait_for(|current| current != base),
+        )
+        .await
+        .context("the proxy did not come back within 60 s")??;
+        Ok(())
+    }
+
+    /// The balancer's own error (its instance died mid-call, or none was
+    /// up), not an answer from Vaultcap, which always says why in JSON.
+    fn balancer_failed(&self, status: reqwest::StatusCode, body: &serde_json::Value) -> bool {
+        self.behind_balancer && matches!(status.as_u16(), 502..=504) && body.get("error").is_none()
+    }
+
     /// Hostile call `n` (of six kinds, in turn): it must come back 4xx. A
     /// broken connection (the proxy was killed) is sent again.
     async fn hostile(&self, n: usize, tally: &mut Tally) -> anyhow::Result<()> {
@@ -541,8 +736,13 @@ impl Charger {
             match request.body(body).send().await {
                 Ok(response) => {
                     let status = response.status();
+                    let body = response.text().await.unwrap_or_default();
+                    let json = serde_json::from_str(&body).unwrap_or_default();
+                    if self.balancer_failed(status, &json) {
+                        self.reconnect(&base).await?;
+                        continue;
+                    }
                     if !status.is_client_error() {
-                        let body = response.text().await.unwrap_or_default();
                         tally
                             .hostile_not_refused
                             .push(format!("hostile {n}: {status} {body}"));
@@ -550,13 +750,7 @@ impl Charger {
                     return Ok(());
                 }
                 Err(err) if err.is_connect() || err.is_request() || err.is_body() => {
-                    let mut base_rx = self.base.clone();
-                    tokio::time::timeout(
-                        Duration::from_secs(60),
-                        base_rx.wait_for(|current| *current != base),
-                    )
-                    .await
-                    .context("the proxy did not come back within 60 s")??;
+                    self.reconnect(&base).await?;
                 }
                 Err(err) => return Err(err.into()),
             }
