@@ -111,23 +111,22 @@ impl EmbeddedPostgres {
         )
     }
 
-    /// `pgbench` against this cluster (for benchmarks that compare with it).
-    pub fn pgbench(&self, database: &str) -> Command {
+    /// A PostgreSQL client program (`pgbench`, `pg_dump`, `pg_restore`,
+    /// `psql`, …) pointed at this cluster as `postgres`, the database still
+    /// to name as the program takes it: for benchmarks that compare with it
+    /// and for the backup and restore drill.
+    pub fn client(&self, program: &str) -> Command {
         // A client: it need not run as the postgres user, and some systems
         // keep it apart from the server binaries (then it is on PATH).
-        let beside_server = self.bin_dir.join("pgbench");
+        let beside_server = self.bin_dir.join(program);
         let mut cmd = if beside_server.is_file() {
             Command::new(beside_server)
         } else {
-            Command::new("pgbench")
+            Command::new(program)
         };
-        cmd.arg("-h").arg(&self.cluster_dir).args([
-            "-p",
-            &PORT.to_string(),
-            "-U",
-            "postgres",
-            database,
-        ]);
+        cmd.arg("-h")
+            .arg(&self.cluster_dir)
+            .args(["-p", &PORT.to_string(), "-U", "postgres"]);
         cmd
     }
 

@@ -586,7 +586,8 @@ struct Pgbench {
 
 fn pgbench_init(pg: &EmbeddedPostgres) -> anyhow::Result<()> {
     let init = pg
-        .pgbench("postgres")
+        .client("pgbench")
+        .arg("postgres")
         .args(["-i", "-q", "-s", "10"])
         .output()
         .context("running pgbench -i")?;
@@ -601,7 +602,8 @@ fn pgbench_init(pg: &EmbeddedPostgres) -> anyhow::Result<()> {
 /// pgbench's simple-update on the same cluster with `clients` connections.
 fn pgbench(pg: &EmbeddedPostgres, seconds: u32, clients: usize) -> anyhow::Result<Pgbench> {
     let run = pg
-        .pgbench("postgres")
+        .client("pgbench")
+        .arg("postgres")
         .args(["-b", "simple-update", "-n", "-c", &clients.to_string()])
         .args([
             "-j",
