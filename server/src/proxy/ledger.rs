@@ -137,7 +137,7 @@ impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
         write: W,
     ) -> Self
     where
-        W: Fn(Arc<[T]>) -> F + Clone + Send + 'static,
+        W: Fn(Arc<[T]>) -> F + Clone + Send + Sync + 'static,
         F: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
     {
         let (queue, waiting) = mpsc::channel(limit.max(1));
@@ -174,7 +174,7 @@ impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
 async fn write_batches<T, R, W, F>(kind: &'static str, waiting: Waiting<T, R>, write: W)
 where
     T: Clone,
-    W: Fn(Arc<[T]>) -> F,
+    W: Fn(Arc<[T]>) -> F + Sync,
     F: Future<Output = Result<Vec<R>, sqlx::Error>>,
 {
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -188,7 +188,10 @@ where
         let alone = items.len() == 1;
         let started = Instant::now();
         let span = tracing::info_span!("ledger_write", kind, calls = items.len());
-        match write(items.clone()).instrument(span).await {
+        match write_again_if_rolled_back(&write, items.clone())
+            .instrument(span)
+            .await
+        {
             Ok(results) => {
                 crate::metrics::ledger_batch_written(kind, items.len(), started.elapsed());
                 answer(replies, results.into_iter().map(Ok))
@@ -199,7 +202,9 @@ where
                 tracing::warn!(error = %err, calls = items.len(),
                     "a ledger batch failed; writing its calls one by one");
                 for (item, reply) in items.iter().zip(replies) {
-                    let result = match write(Arc::from([item.clone()])).await {
+                    let result = match write_again_if_rolled_back(&write, Arc::from([item.clone()]))
+                        .await
+                    {
                         Ok(mut results) => results.pop().ok_or_else(|| {
                             LedgerError::Failed(Arc::new("the ledger returned no outcome".into()))
                         }),
@@ -210,6 +215,44 @@ where
             }
         }
     }
+}
+
+/// How often a write PostgreSQL rolled back to break a deadlock, or could
+/// not serialize, is tried in all.
+const ATTEMPTS: u32 = 5;
+
+/// Writes `items`, and again when PostgreSQL rolled the whole transaction
+/// back to break a deadlock with another writer (another instance's
+/// settlements, say, taking the audit chain and a key in the other order)
+/// or could not serialize it: nothing of it was kept, so writing it again
+/// writes it once. Any other error is the caller's.
+async fn write_again_if_rolled_back<T, R, W, F>(
+    write: &W,
+    items: Arc<[T]>,
+) -> Result<Vec<R>, sqlx::Error>
+where
+    W: Fn(Arc<[T]>) -> F + Sync,
+    F: Future<Output = Result<Vec<R>, sqlx::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match write(items.clone()).await {
+            Err(err) if rolled_back(&err) && attempt < ATTEMPTS => {
+                crate::metrics::ledger_failed("rolled_back");
+                tracing::warn!(error = %err, attempt, calls = items.len(),
+                    "a ledger write was rolled back by PostgreSQL; writing it again");
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// `deadlock_detected` (40P01) or `serialization_failure` (40001).
+fn rolled_back(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .and_then(|err| err.code())
+        .is_some_and(|code| code == "40P01" || code == "40001")
 }
 
 fn failed(err: sqlx::Error) -> LedgerError {

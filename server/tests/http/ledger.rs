@@ -216,3 +216,68 @@ async fn a_call_on_another_key_is_reserved_while_a_batch_waits_on_a_locked_key(p
     lock.commit().await.unwrap();
     assert!(matches!(waiting.await.unwrap(), Ok(Reserved::New { .. })));
 }
+
+/// Another instance's transaction that takes the audit chain's head and
+/// then the key, while this instance's writer settles the key and then
+/// appends to the chain: PostgreSQL breaks the deadlock by rolling one of
+/// them back. Ours is written again, not lost: with three instances behind
+/// a balancer a refused call's audit row was lost this way ("deadlock
+/// detected") while its client had its answer.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_write_rolled_back_to_break_a_deadlock_is_written_again(pool: PgPool) {
+    use app::ssr::data::spend::Settlement;
+
+    let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_000_000).await;
+    let ledger = Ledger::start(pool.clone(), 64, 1);
+    let Ok(Reserved::New { reservation_id, .. }) = ledger.reserve(reserve_call(key, 1)).await
+    else {
+        panic!("reserved");
+    };
+
+    // The other transaction: the chain's head first (an audit row of its
+    // own), and a longer deadlock_timeout, so that PostgreSQL picks ours to
+    // roll back.
+    let mut other = pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL deadlock_timeout = '30s'")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO audit_log (request_id, method, path, decision)
+         VALUES (gen_random_uuid(), 'POST', '/v1/charges', 'refused_unknown_key')",
+    )
+    .execute(&mut *other)
+    .await
+    .unwrap();
+
+    let settled = tokio::spawn({
+        let ledger = ledger.clone();
+        let mut record = refused_call("settled behind the other transaction");
+        record.entry.decision = Decision::Allowed;
+        record.entry.vault_key_id = Some(app::domain::VaultKeyId(key));
+        record.reservation_id = Some(reservation_id);
+        record.settlement = Some(Settlement::Spent);
+        record.entry.stripe_object_id = Some("ch_deadlocked".into());
+        async move { ledger.record(record).await }
+    });
+    // Ours holds the key and waits for the chain's head; the other now
+    // asks for the key: a deadlock.
+    until_a_writer_waits(&pool).await;
+    sqlx::query("SELECT 1 FROM vault_keys WHERE id = $1 FOR UPDATE")
+        .bind(key)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    other.commit().await.unwrap();
+
+    settled.await.unwrap().unwrap();
+    let (state, audited): (String, i64) = sqlx::query_as(
+        "SELECT r.state, (SELECT count(*) FROM audit_log WHERE stripe_object_id = 'ch_deadlocked')
+         FROM reservations r WHERE r.id = $1",
+    )
+    .bind(reservation_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((state.as_str(), audited), ("settled", 1));
+}
