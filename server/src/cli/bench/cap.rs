@@ -131,6 +131,9 @@ pub struct Report {
     pub audit_rows: i64,
     /// Charges (idempotency keys) with at least one audit row.
     pub audited_charges: i64,
+    /// Each charge without an audit row, with what its reservations say
+    /// (so a failed check names the call to look for in serve.log).
+    pub unaudited_charges: Vec<String>,
     /// Charges Stripe made with no reservation under their idempotency key.
     pub unreserved_upstream_charges: i64,
     /// Charge ids clients received that no audit row names.
@@ -313,6 +316,16 @@ impl Load {
         .bind(key)
         .fetch_one(&db.pool)
         .await?;
+        let unaudited_charges: Vec<String> = sqlx::query_scalar(
+            "SELECT k || ': ' || coalesce((SELECT string_agg(r.state || ' ' || r.created_at::text, ', ')
+                                           FROM reservations r WHERE r.idempotency_key = k), 'no reservation')
+             FROM (SELECT 'charge-' || n AS k FROM generate_series(0, $2 - 1) AS n) charges
+             WHERE NOT EXISTS (SELECT 1 FROM audit_log a WHERE a.vault_key_id = $1 AND a.idempotency_key = k)",
+        )
+        .bind(key)
+        .bind(self.charges as i64)
+        .fetch_all(&db.pool)
+        .await?;
         let hostile_audit_rows: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM audit_log
              WHERE vault_key_id IS NULL OR idempotency_key IS NULL OR idempotency_key NOT LIKE 'charge-%'",
@@ -356,6 +369,7 @@ impl Load {
             reserved_cents,
             audit_rows,
             audited_charges,
+            unaudited_charges,
             unreserved_upstream_charges,
             unaudited_successes,
         })
@@ -474,9 +488,10 @@ impl Report {
         );
         ensure!(
             self.audited_charges == self.attempts as i64,
-            "{} of {} charges have an audit row",
+            "{} of {} charges have an audit row; without one: {:?}",
             self.audited_charges,
-            self.attempts
+            self.attempts,
+            self.unaudited_charges
         );
         ensure!(
             self.unaudited_successes == 0,
