@@ -53,7 +53,14 @@ def real_stripe_key() -> str:
 
 @pytest.fixture(scope="session")
 def vaultcap(localstripe, data_dir):
-    env = _vaultcap_env(STRIPE_API_BASE=localstripe, STRIPE_SECRET_KEY=REAL_STRIPE_KEY)
+    # The browser tests' serve ran over this cluster with other fleet
+    # settings (webhooks, upstream timeout) and has stopped: this one makes
+    # its own the fleet's, as a rollout of new settings would.
+    env = _vaultcap_env(
+        STRIPE_API_BASE=localstripe,
+        STRIPE_SECRET_KEY=REAL_STRIPE_KEY,
+        VAULTCAP_REPLACE_FLEET_SETTINGS="true",
+    )
     proc = subprocess.Popen(
         [VAULTCAP, "serve", "--addr", "127.0.0.1:0", "--data-dir", data_dir],
         stdout=subprocess.PIPE,
