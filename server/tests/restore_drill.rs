@@ -7,9 +7,8 @@
 
 use std::process::Command;
 
-use axum::{routing::post, Json, Router};
 use server::{
-    cli::bench::{issue_keys, serve, BenchDatabase, ServeProcess},
+    cli::bench::{issue_keys, stripe_answering, BenchDatabase, ServeProcess},
     embedded_pg::{EmbeddedPostgres, DATABASE},
 };
 use sqlx::PgPool;
@@ -55,18 +54,7 @@ async fn books(
 async fn a_backup_restored_into_a_new_cluster_keeps_the_ledger_and_an_unbroken_audit_chain() {
     let db = BenchDatabase::start().await.unwrap();
     let (secret, _key) = issue_keys(&db.pool, 1, 1_500).await.unwrap().remove(0);
-    let stripe = Router::new().route(
-        "/v1/charges",
-        post(|| async { Json(serde_json::json!({ "id": "ch_drill", "object": "charge" })) }),
-    );
-    let env = [
-        ("DATABASE_URL", db.url()),
-        (
-            "STRIPE_API_BASE",
-            format!("http://{}", serve(stripe).await.unwrap()),
-        ),
-        ("STRIPE_SECRET_KEY", "sk_test".to_owned()),
-    ];
+    let env = db.serve_env(&stripe_answering("ch_drill").await.unwrap());
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap"));
     let proxy = ServeProcess::start(binary, &env, &db.scratch().join("serve.log"))
         .await

@@ -112,12 +112,7 @@ async fn in_flight_at_sigterm(client_hangs_up: bool) {
             }
         }),
     );
-    let stripe_base = format!("http://{}", serve(stripe).await.unwrap());
-    let env = [
-        ("DATABASE_URL", db.url()),
-        ("STRIPE_API_BASE", stripe_base),
-        ("STRIPE_SECRET_KEY", "sk_test".to_owned()),
-    ];
+    let env = db.serve_env(&format!("http://{}", serve(stripe).await.unwrap()));
     let mut proxy = ServeProcess::start(
         std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap")),
         &env,
@@ -308,24 +303,12 @@ async fn an_instance_whose_settings_disagree_with_the_fleet_refuses_to_start() {
 /// arrive are served; only then does the listener close.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_readyz_answers_503_while_calls_are_still_served() {
-    use axum::{routing::post, Json, Router};
-    use server::cli::bench::{issue_keys, serve, BenchDatabase, ServeProcess};
+    use server::cli::bench::{issue_keys, stripe_answering, BenchDatabase, ServeProcess};
 
     let db = BenchDatabase::start().await.unwrap();
     let (secret, _key) = issue_keys(&db.pool, 1, 10_000).await.unwrap().remove(0);
-    let stripe = Router::new().route(
-        "/v1/charges",
-        post(|| async { Json(serde_json::json!({ "id": "ch_drained", "object": "charge" })) }),
-    );
-    let env = [
-        ("DATABASE_URL", db.url()),
-        (
-            "STRIPE_API_BASE",
-            format!("http://{}", serve(stripe).await.unwrap()),
-        ),
-        ("STRIPE_SECRET_KEY", "sk_test".to_owned()),
-        ("VAULTCAP_DRAIN_SECS", "3".to_owned()),
-    ];
+    let mut env = db.serve_env(&stripe_answering("ch_drained").await.unwrap());
+    env.push(("VAULTCAP_DRAIN_SECS", "3".to_owned()));
     let mut proxy = ServeProcess::start(
         std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap")),
         &env,

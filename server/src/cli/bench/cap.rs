@@ -142,14 +142,11 @@ pub struct Report {
 
 impl Load {
     fn serve_env(&self, db: &BenchDatabase, stripe: &str) -> Vec<(&'static str, String)> {
-        vec![
-            ("DATABASE_URL", db.url()),
-            ("STRIPE_API_BASE", stripe.to_owned()),
-            ("STRIPE_SECRET_KEY", "sk_bench".to_owned()),
-            // The fake Stripe answers at once: a short timeout makes the
-            // calls a killed process abandoned free for their retries soon.
-            ("VAULTCAP_UPSTREAM_TIMEOUT_SECS", "1".to_owned()),
-        ]
+        let mut env = db.serve_env(stripe);
+        // The fake Stripe answers at once: a short timeout makes the calls
+        // a killed process abandoned free for their retries soon.
+        env.push(("VAULTCAP_UPSTREAM_TIMEOUT_SECS", "1".to_owned()));
+        env
     }
 
     pub async fn run(&self) -> anyhow::Result<Report> {

@@ -103,6 +103,16 @@ impl BenchDatabase {
         self.pg.url(DATABASE)
     }
 
+    /// What a `vaultcap serve` over this database, forwarding to the
+    /// Stripe stand-in at `stripe`, is started with.
+    pub fn serve_env(&self, stripe: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("DATABASE_URL", self.url()),
+            ("STRIPE_API_BASE", stripe.to_owned()),
+            ("STRIPE_SECRET_KEY", "sk_bench".to_owned()),
+        ]
+    }
+
     /// A directory for the run's other files (logs), removed with it.
     pub fn scratch(&self) -> &std::path::Path {
         self.dir.path()
@@ -120,6 +130,17 @@ pub async fn serve(router: Router) -> anyhow::Result<std::net::SocketAddr> {
     let addr = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, router).await });
     Ok(addr)
+}
+
+/// A Stripe stand-in that answers every charge at once as `charge_id`; its
+/// base URL.
+pub async fn stripe_answering(charge_id: &'static str) -> anyhow::Result<String> {
+    let charge = serde_json::json!({ "id": charge_id, "object": "charge" });
+    let stripe = Router::new().route(
+        "/v1/charges",
+        axum::routing::post(move || async move { axum::Json(charge) }),
+    );
+    Ok(format!("http://{}", serve(stripe).await?))
 }
 
 /// `count` vault keys for `/v1/charges` in USD, each capped at `cap_cents`.

@@ -173,12 +173,8 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     let script = scratch.join("charges.lua");
     std::fs::write(&script, SCRIPT)?;
 
-    let env = [
-        ("DATABASE_URL", db.url()),
-        ("STRIPE_API_BASE", stripe_base.clone()),
-        ("STRIPE_SECRET_KEY", "sk_bench".to_owned()),
-        ("RUST_LOG", "warn".to_owned()),
-    ];
+    let mut env = db.serve_env(&stripe_base);
+    env.push(("RUST_LOG", "warn".to_owned()));
     let log = scratch.join("serve.log");
     let proxy = ServeProcess::start(&binary, &env, &log).await?;
     let proxy_pid = proxy.pid().context("the proxy's pid")?;
