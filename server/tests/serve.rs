@@ -93,7 +93,7 @@ async fn in_flight_at_sigterm(client_hangs_up: bool) {
     use std::sync::Arc;
 
     use axum::{routing::post, Json, Router};
-    use server::cli::bench::{issue_keys, serve, BenchDatabase, ServeProcess};
+    use server::cli::bench::{issue_keys, serve, BenchDatabase};
     use tokio::sync::Notify;
 
     let db = BenchDatabase::start().await.unwrap();
@@ -113,13 +113,7 @@ async fn in_flight_at_sigterm(client_hangs_up: bool) {
         }),
     );
     let env = db.serve_env(&format!("http://{}", serve(stripe).await.unwrap()));
-    let mut proxy = ServeProcess::start(
-        std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap")),
-        &env,
-        &db.scratch().join("serve.log"),
-    )
-    .await
-    .unwrap();
+    let mut proxy = start_serve(&db, &env).await;
 
     let charge = tokio::spawn(
         reqwest::Client::new()
@@ -251,20 +245,17 @@ async fn audit_verify_names_the_row_a_superuser_changed() {
 /// starts and its webhook becomes the fleet's.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_whose_settings_disagree_with_the_fleet_refuses_to_start() {
-    use server::cli::bench::{BenchDatabase, ServeProcess};
+    use server::cli::bench::BenchDatabase;
 
     let db = BenchDatabase::start().await.unwrap();
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap"));
-    let log = db.scratch().join("serve.log");
     let env = |webhook: &str| {
         vec![
             ("DATABASE_URL", db.url()),
             ("VAULTCAP_ALERT_WEBHOOKS", webhook.to_owned()),
         ]
     };
-    let first = ServeProcess::start(binary, &env("http://127.0.0.1:9/first"), &log)
-        .await
-        .unwrap();
+    let first = start_serve(&db, &env("http://127.0.0.1:9/first")).await;
 
     let odd = tokio::process::Command::new(binary)
         .args(["serve", "--addr", "127.0.0.1:0"])
@@ -286,7 +277,7 @@ async fn an_instance_whose_settings_disagree_with_the_fleet_refuses_to_start() {
 
     let mut replacing = env("http://127.0.0.1:9/odd");
     replacing.push(("VAULTCAP_REPLACE_FLEET_SETTINGS", "true".to_owned()));
-    let second = ServeProcess::start(binary, &replacing, &log).await.unwrap();
+    let second = start_serve(&db, &replacing).await;
     let fleet: serde_json::Value =
         sqlx::query_scalar("SELECT value FROM fleet_settings WHERE flag = '--alert-webhook'")
             .fetch_one(&db.pool)
@@ -303,19 +294,13 @@ async fn an_instance_whose_settings_disagree_with_the_fleet_refuses_to_start() {
 /// arrive are served; only then does the listener close.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_readyz_answers_503_while_calls_are_still_served() {
-    use server::cli::bench::{issue_keys, stripe_answering, BenchDatabase, ServeProcess};
+    use server::cli::bench::{issue_keys, stripe_answering, BenchDatabase};
 
     let db = BenchDatabase::start().await.unwrap();
     let (secret, _key) = issue_keys(&db.pool, 1, 10_000).await.unwrap().remove(0);
     let mut env = db.serve_env(&stripe_answering("ch_drained").await.unwrap());
     env.push(("VAULTCAP_DRAIN_SECS", "3".to_owned()));
-    let mut proxy = ServeProcess::start(
-        std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap")),
-        &env,
-        &db.scratch().join("serve.log"),
-    )
-    .await
-    .unwrap();
+    let mut proxy = start_serve(&db, &env).await;
     let client = reqwest::Client::new();
     let readyz = format!("{}/readyz", proxy.base);
     let ready = || client.get(&readyz).send();
@@ -348,4 +333,19 @@ async fn sigterm_drains_readyz_answers_503_while_calls_are_still_served() {
     );
     proxy.wait().await.unwrap();
     db.stop().await.unwrap();
+}
+
+/// The real `vaultcap serve` over `db` with `env`, ready, its log in the
+/// run's scratch directory.
+async fn start_serve(
+    db: &server::cli::bench::BenchDatabase,
+    env: &[(&str, String)],
+) -> server::cli::bench::ServeProcess {
+    server::cli::bench::ServeProcess::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap")),
+        env,
+        &db.scratch().join("serve.log"),
+    )
+    .await
+    .unwrap()
 }
