@@ -57,6 +57,19 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
+    /// A streaming replica of the database for the console's long reads:
+    /// the audit log and its CSV export, the action log, spend charts and
+    /// reconciliation listings. Money decisions, alerts, approvals and
+    /// every write stay on the primary. Without it, all reads go there.
+    #[arg(long, env = "VAULTCAP_READ_DATABASE_URL", hide_env_values = true)]
+    pub read_database_url: Option<String>,
+
+    /// Seconds the replica may trail the primary before the pages read from
+    /// it say how far behind it is.
+    #[arg(long, env = "VAULTCAP_REPLICA_LAG_NOTICE_SECS", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub replica_lag_notice_secs: u32,
+
     /// Address the console listens on.
     #[arg(long, env = "VAULTCAP_ADDR", default_value = "127.0.0.1:3000")]
     pub addr: SocketAddr,

@@ -5,7 +5,7 @@
 use std::str::FromStr;
 
 use anyhow::Context;
-use app::ssr::data::audit_chain;
+use app::ssr::{data::audit_chain, Reads};
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
     ConnectOptions, Connection, PgConnection, PgPool,
@@ -97,6 +97,42 @@ impl Database {
         }
         Ok(())
     }
+}
+
+/// Where the console's long reads go: the streaming replica `url` names,
+/// or the primary itself. A replica that cannot be reached, or is not in
+/// recovery, is said at start; metering never depends on it.
+pub async fn reads(
+    primary: &PgPool,
+    url: Option<&str>,
+    max_connections: u32,
+    notice_after: chrono::Duration,
+) -> anyhow::Result<Reads> {
+    let Some(url) = url else {
+        return Ok(Reads::primary(primary.clone()));
+    };
+    let options = PgConnectOptions::from_str(url)
+        .context("VAULTCAP_READ_DATABASE_URL is not a PostgreSQL URL")?;
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect_lazy_with(options);
+    match sqlx::query_scalar::<_, bool>("SELECT pg_is_in_recovery()")
+        .fetch_one(&pool)
+        .await
+    {
+        Ok(true) => tracing::info!("the console's long reads go to the read replica"),
+        Ok(false) => tracing::warn!(
+            "VAULTCAP_READ_DATABASE_URL names a server that is not a replica (not in recovery): \
+             pages read from it may show another database's rows"
+        ),
+        Err(err) => tracing::warn!(
+            error = %err,
+            "the read replica cannot be reached: the audit log, exports, the action log, charts \
+             and reconciliation listings fail until it can (metering is unaffected)"
+        ),
+    }
+    Ok(Reads::replica(pool, notice_after))
 }
 
 /// Brings the schema up to date as its owner, on a connection of its own.

@@ -116,14 +116,8 @@ impl EmbeddedPostgres {
     /// to name as the program takes it: for benchmarks that compare with it
     /// and for the backup and restore drill.
     pub fn client(&self, program: &str) -> Command {
-        // A client: it need not run as the postgres user, and some systems
-        // keep it apart from the server binaries (then it is on PATH).
-        let beside_server = self.bin_dir.join(program);
-        let mut cmd = if beside_server.is_file() {
-            Command::new(beside_server)
-        } else {
-            Command::new(program)
-        };
+        // A client: it need not run as the postgres user.
+        let mut cmd = Command::new(self.program(program));
         cmd.arg("-h")
             .arg(&self.cluster_dir)
             .args(["-p", &PORT.to_string(), "-U", "postgres"]);
@@ -153,6 +147,38 @@ impl EmbeddedPostgres {
         .await?
     }
 
+    /// A hot standby of this cluster in `dir` (which must not hold one
+    /// yet): a base backup by `pg_basebackup -R`, which also writes how to
+    /// stream from here, then started. For the read replica's test.
+    pub async fn start_standby(&self, dir: &Path) -> anyhow::Result<Self> {
+        self.make_dir(dir)?;
+        let mut backup = self.command("pg_basebackup");
+        backup
+            .arg("-h")
+            .arg(&self.cluster_dir)
+            .args(["-p", &PORT.to_string(), "-U", "postgres"])
+            .args(["-R", "-X", "stream", "--checkpoint=fast", "-D"])
+            .arg(dir);
+        tokio::task::spawn_blocking(move || run(backup, "pg_basebackup")).await??;
+        // The copy holds the primary's socket lock file (its socket lives
+        // in its data directory), which would stop the standby starting.
+        let lock = dir.join(format!(".s.PGSQL.{PORT}.lock"));
+        std::fs::remove_file(&lock).with_context(|| format!("removing {}", lock.display()))?;
+        // Long reads there are not cancelled for rows the primary vacuums.
+        Self::start_with(dir, &["hot_standby_feedback=on"]).await
+    }
+
+    /// Makes a data directory only the server's user may enter.
+    fn make_dir(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        if let Some(user) = &self.run_as {
+            nix::unistd::chown(dir, Some(user.uid), Some(user.gid))
+                .context("handing the cluster directory to the postgres user")?;
+        }
+        Ok(())
+    }
+
     fn log_file(&self) -> PathBuf {
         self.cluster_dir.join("postgres.log")
     }
@@ -161,13 +187,7 @@ impl EmbeddedPostgres {
         if self.cluster_dir.join("PG_VERSION").exists() {
             return Ok(());
         }
-        std::fs::create_dir_all(&self.cluster_dir)
-            .with_context(|| format!("creating {}", self.cluster_dir.display()))?;
-        std::fs::set_permissions(&self.cluster_dir, std::fs::Permissions::from_mode(0o700))?;
-        if let Some(user) = &self.run_as {
-            nix::unistd::chown(&self.cluster_dir, Some(user.uid), Some(user.gid))
-                .context("handing the cluster directory to the postgres user")?;
-        }
+        self.make_dir(&self.cluster_dir)?;
         let mut initdb = self.command("initdb");
         initdb.arg("-D").arg(&self.cluster_dir).args([
             "-A",
@@ -252,8 +272,20 @@ impl EmbeddedPostgres {
         cmd
     }
 
+    /// A PostgreSQL program beside the server's, or else on PATH: some
+    /// systems keep the clients (`pg_basebackup`, `psql`, …) apart.
+    fn program(&self, name: &str) -> PathBuf {
+        let beside_server = self.bin_dir.join(name);
+        if beside_server.is_file() {
+            beside_server
+        } else {
+            PathBuf::from(name)
+        }
+    }
+
+    /// A PostgreSQL program run as the server's user.
     fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new(self.bin_dir.join(program));
+        let mut cmd = Command::new(self.program(program));
         // The postgres user may not be able to enter our working directory.
         cmd.current_dir("/");
         if let Some(user) = &self.run_as {

@@ -17,7 +17,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the console (and run migrations first).
-    Serve(config::ServeArgs),
+    Serve(Box<config::ServeArgs>),
     /// Manage operators (the people who sign in to the console).
     #[command(subcommand)]
     Operator(cli::operator::OperatorCommand),
@@ -58,7 +58,7 @@ async fn main() -> std::process::ExitCode {
         })
         .init();
     let result = match Cli::parse().command {
-        Command::Serve(args) => cli::serve::run(args).await,
+        Command::Serve(args) => cli::serve::run(*args).await,
         Command::Operator(command) => cli::operator::run(command).await,
         Command::Token(command) => cli::token::run(command).await,
         Command::Demo(args) => cli::demo::run(args).await,

@@ -7,6 +7,7 @@ mod layout;
 mod notice_banner;
 mod pager;
 mod record_page;
+mod replica_lag;
 mod require_role;
 mod utilization;
 
@@ -17,6 +18,7 @@ pub use layout::Layout;
 pub use notice_banner::NoticeBanner;
 pub use pager::KeysetPager;
 pub use record_page::{record_page, Record};
+pub use replica_lag::ReplicaLagNotice;
 pub use require_role::RequireRole;
 pub use utilization::UtilizationMeter;
 

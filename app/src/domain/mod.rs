@@ -21,6 +21,7 @@ mod key_list;
 mod key_request;
 mod money;
 mod period;
+mod replica;
 mod role;
 mod two_factor;
 
@@ -59,6 +60,7 @@ pub use key_list::{
 pub use key_request::{KeyRequest, KeyRequestPreview};
 pub use money::{group_thousands, Cents, Currency, MAX_CENTS, ZERO_DECIMAL};
 pub use period::BillingPeriod;
+pub use replica::ReplicaLag;
 pub use role::Role;
 pub use two_factor::{Enrollment, TwoFactorView};
 

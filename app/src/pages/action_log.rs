@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use super::audit_log::TimeField;
 use crate::{
-    components::{utc, ErrorPanel, KeysetPager, RequireRole},
+    components::{utc, ErrorPanel, KeysetPager, ReplicaLagNotice, RequireRole},
     domain::{
         action_phrase, datetime_local, ActionEntry, ActionPage, ActionQuery, Role, ACTION_SOURCES,
         AUDIT_PAGE_SIZES,
@@ -34,6 +34,7 @@ pub fn ActionLogPage() -> impl IntoView {
         <Title text="Action log"/>
         <RequireRole role=Role::Viewer>
             <h1>"Action log"</h1>
+            <ReplicaLagNotice/>
             <Suspense>
                 {move || Suspend::new(async move {
                     let query = query();

@@ -2,7 +2,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::{
-    components::{record_page, utc, Amount, Record},
+    components::{record_page, utc, Amount, Record, ReplicaLagNotice},
     domain::{AuditCallDetail, AuditQuery, Decision, Me, Role},
     server_fns::get_audit_call,
 };
@@ -44,6 +44,7 @@ fn CallDetail(detail: AuditCallDetail) -> impl IntoView {
         <Title text=title.clone()/>
         <p class="breadcrumb"><a href="/audit">"Audit log"</a> " / " {title.clone()}</p>
         <h1>{format!("{} {} · {}", call.method, call.path, call.decision.label())}</h1>
+        <ReplicaLagNotice/>
         <section class="panel">
             <dl class="facts">
                 <div><dt>"Time"</dt><dd>{format!("{} ({})", utc(call.at), call.at.to_rfc3339())}</dd></div>

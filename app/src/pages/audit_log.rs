@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::utc,
-    components::{Amount, ErrorPanel, KeysetPager, RequireRole},
+    components::{Amount, ErrorPanel, KeysetPager, ReplicaLagNotice, RequireRole},
     domain::{
         counted, datetime_local, group_thousands, AuditCall, AuditPage, AuditQuery, ChainStatus,
         Decision, LogIntegrity, Role, AUDIT_PAGE_SIZES,
@@ -27,6 +27,7 @@ pub fn AuditLogPage() -> impl IntoView {
             <div class="page-head">
                 <h1>"Audit log"</h1>
             </div>
+            <ReplicaLagNotice/>
             <Suspense>
                 {move || Suspend::new(async move {
                     integrity.await.ok().map(|integrity| view! { <Integrity integrity/> })

@@ -2,7 +2,9 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::{
-    components::{record_page, utc, Amount, DayFiguresTable, Record, UtilizationMeter},
+    components::{
+        record_page, utc, Amount, DayFiguresTable, Record, ReplicaLagNotice, UtilizationMeter,
+    },
     domain::{
         ApplyAs, Cents, DuplicatePolicy, KeyDetail, KeyStatus, KeySummary, Me, RequestState, Role,
         VaultKeyId,
@@ -44,6 +46,7 @@ fn KeyView(detail: KeyDetail, can_act: bool) -> impl IntoView {
                 <a class="button button-quiet" href=format!("/audit.csv?key={}", key.id) download>"Download audit CSV"</a>
             </div>
         </div>
+        <ReplicaLagNotice/>
 
         <UtilizationPanel key=key.clone()/>
         <SpendPanel detail=detail.clone()/>

@@ -2,7 +2,9 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::{
-    components::{utc, Amount, DayFiguresTable, ErrorPanel, RequireRole, UtilizationMeter},
+    components::{
+        utc, Amount, DayFiguresTable, ErrorPanel, ReplicaLagNotice, RequireRole, UtilizationMeter,
+    },
     domain::{group_thousands, Overview, Role, SpendChart},
     server_fns::get_overview,
 };
@@ -18,6 +20,7 @@ pub fn OverviewPage() -> impl IntoView {
     view! {
         <Title text="Overview"/>
         <RequireRole role=Role::Viewer>
+            <ReplicaLagNotice/>
             <Suspense>
                 {move || Suspend::new(async move {
                     match overview.await {

@@ -3,7 +3,7 @@ use leptos_meta::{Meta, Title};
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{utc, Amount, ErrorPanel, RequireRole},
+    components::{utc, Amount, ErrorPanel, ReplicaLagNotice, RequireRole},
     domain::{BulkAction, Finding, FindingKind, Me, ReconciliationView, Role, SyncState},
     server_fns::get_reconciliation,
 };
@@ -33,6 +33,7 @@ pub fn ReconciliationPage() -> impl IntoView {
         <Title text="Reconciliation"/>
         <RequireRole role=Role::Viewer>
             <h1>"Reconciliation"</h1>
+            <ReplicaLagNotice/>
             <Suspense>
                 {move || Suspend::new(async move {
                     match view_data.await {

@@ -11,7 +11,7 @@ pub async fn list_audit(query: AuditQuery) -> Result<AuditPage, AppError> {
     use crate::{domain::Role, ssr};
     ssr::auth::require(Role::Viewer)?;
     let filter = query.parse()?;
-    let pool = &expect_context::<ssr::AppState>().pool;
+    let pool = &expect_context::<ssr::AppState>().reads.pool;
     Ok(ssr::data::audit::page(pool, &query, &filter).await?)
 }
 
@@ -20,7 +20,7 @@ pub async fn list_audit(query: AuditQuery) -> Result<AuditPage, AppError> {
 pub async fn get_audit_call(id: crate::domain::AuditId) -> Result<AuditCallDetail, AppError> {
     use crate::{domain::Role, ssr};
     ssr::auth::require(Role::Viewer)?;
-    let pool = &expect_context::<ssr::AppState>().pool;
+    let pool = &expect_context::<ssr::AppState>().reads.pool;
     ssr::data::audit::find(pool, id)
         .await?
         .ok_or(AppError::NotFound)
@@ -32,7 +32,7 @@ pub async fn list_actions(query: ActionQuery) -> Result<ActionPage, AppError> {
     use crate::{domain::Role, ssr};
     ssr::auth::require(Role::Viewer)?;
     let filter = query.parse()?;
-    let pool = &expect_context::<ssr::AppState>().pool;
+    let pool = &expect_context::<ssr::AppState>().reads.pool;
     Ok(ssr::data::actions::page(pool, &query, &filter).await?)
 }
 

@@ -19,7 +19,8 @@ pub async fn get_overview() -> Result<Overview, AppError> {
         },
     };
     ssr::auth::require(Role::Viewer)?;
-    let pool = &expect_context::<ssr::AppState>().pool;
+    let state = expect_context::<ssr::AppState>();
+    let pool = &state.pool;
     let now = chrono::Utc::now();
     let period = BillingPeriod::containing(now);
     let totals = vault_keys::period_totals(pool, period).await?;
@@ -36,7 +37,13 @@ pub async fn get_overview() -> Result<Overview, AppError> {
     let at_threshold = rows.iter().map(|row| row.summary(now)).collect();
     let charted = vault_keys::top_spenders(pool, period, CHARTED_KEYS).await?;
     let ids: Vec<_> = charted.iter().map(|row| row.id).collect();
-    let daily = call_stats::daily_spend(pool, &ids, period.starts_at(), period.ends_at()).await?;
+    let daily = call_stats::daily_spend(
+        &state.reads.pool,
+        &ids,
+        period.starts_at(),
+        period.ends_at(),
+    )
+    .await?;
     Ok(Overview {
         period,
         as_of: now,

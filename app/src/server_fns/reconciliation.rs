@@ -27,7 +27,7 @@ pub async fn get_reconciliation(
         chrono::Utc::now(),
     )?;
     let state = expect_context::<ssr::AppState>();
-    let pool = &state.pool;
+    let pool = &state.reads.pool;
     let last_sync = stripe_charges::last(pool, filter.period)
         .await?
         .map(|s| SyncSummary {

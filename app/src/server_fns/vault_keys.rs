@@ -38,13 +38,14 @@ pub async fn get_vault_key(id: crate::domain::VaultKeyId) -> Result<KeyDetail, A
         },
     };
     ssr::auth::require(Role::Viewer)?;
-    let pool = &expect_context::<ssr::AppState>().pool;
+    let state = expect_context::<ssr::AppState>();
+    let (pool, reads) = (&state.pool, &state.reads.pool);
     let now = chrono::Utc::now();
     let row = vault_keys::find_with_people(pool, id)
         .await?
         .ok_or(AppError::NotFound)?;
     let key = row.key.summary(now);
-    let hourly = call_stats::hourly_spend(pool, id).await?;
+    let hourly = call_stats::hourly_spend(reads, id).await?;
     let period = row.key.billing_period;
     let from = row.key.created_at.min(period.starts_at());
     let spend_chart_svg = charts::cumulative_spend(
@@ -66,7 +67,7 @@ pub async fn get_vault_key(id: crate::domain::VaultKeyId) -> Result<KeyDetail, A
         revoked_by: row.revoked_by,
         revoke_reason: row.key.revoke_reason.clone(),
         calls: call_stats::by_decision(pool, id).await?,
-        latest_calls: audit::latest_for_key(pool, id, 20).await?,
+        latest_calls: audit::latest_for_key(reads, id, 20).await?,
         alerts: alerts::list(pool, Some(id), None, 20).await?,
         cap_history: cap_increases::list(pool, cap_increases::Listing::Key(id), 100).await?,
         parent_key_id: row.key.parent_key_id,

@@ -8,6 +8,7 @@ pub mod charts;
 pub mod data;
 pub mod flash;
 pub mod key_requests;
+mod reads;
 pub mod reconciliation;
 pub mod second_factor;
 pub mod secrets;
@@ -15,4 +16,5 @@ mod state;
 pub mod tokens;
 pub mod vault_keys;
 
+pub use reads::Reads;
 pub use state::{AppState, AuthConfig, CapIncreaseRules};

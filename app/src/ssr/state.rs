@@ -4,7 +4,7 @@ use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::PgPool;
 
-use super::{auth::PasswordChecks, data::login_failures::Limits, key_requests::KeyPolicy};
+use super::{auth::PasswordChecks, data::login_failures::Limits, key_requests::KeyPolicy, Reads};
 
 /// What every request handler and server function can reach. Holds no
 /// per-process state beyond configuration: the database is the one source
@@ -12,7 +12,10 @@ use super::{auth::PasswordChecks, data::login_failures::Limits, key_requests::Ke
 #[derive(Clone)]
 pub struct AppState {
     pub leptos_options: LeptosOptions,
+    /// The primary: money, alerts, approvals, sign-in and every write.
     pub pool: PgPool,
+    /// The console's long reads: a streaming replica when one is set.
+    pub reads: Reads,
     pub auth: Arc<AuthConfig>,
     pub cap_increases: CapIncreaseRules,
     /// How far a new key may go without a second person.

@@ -101,6 +101,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .site_addr(args.addr)
             .build(),
         pool: db.pool.clone(),
+        reads: crate::db::reads(
+            &db.pool,
+            args.read_database_url.as_deref(),
+            args.database.db_max_connections,
+            chrono::Duration::seconds(args.replica_lag_notice_secs.into()),
+        )
+        .await?,
         auth: Arc::new(AuthConfig {
             idle_timeout: chrono::Duration::minutes(args.session_idle_minutes),
             absolute_timeout: chrono::Duration::hours(args.session_max_hours),

@@ -60,7 +60,7 @@ pub async fn console(
         }
     };
     match query.parse() {
-        Ok(filter) => export(slot, &state.pool, query, filter, actor)
+        Ok(filter) => export(slot, &state, query, filter, actor)
             .await
             .unwrap_or_else(|err| HttpError::from(err).into_response()),
         Err(err) => HttpError::from(AppError::from(err)).into_response(),
@@ -84,7 +84,7 @@ pub async fn api(
             return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).into_response()
         }
     };
-    export(slot, &state.pool, query, filter, token.actor())
+    export(slot, &state, query, filter, token.actor())
         .await
         .unwrap_or_else(|err| ApiError::from(err).into_response())
 }
@@ -94,21 +94,22 @@ fn read_query(raw: Option<&str>) -> AuditQuery {
     AuditQuery::from_pairs(form_urlencoded::parse(raw.unwrap_or("").as_bytes())).filters_only()
 }
 
-/// Streams the export; `slot` is held until it ends.
+/// Streams the export from the reads' database (the replica, if there is
+/// one) and records it on the primary; `slot` is held until it ends.
 async fn export(
     slot: OwnedSemaphorePermit,
-    pool: &PgPool,
+    state: &AppState,
     query: AuditQuery,
     filter: AuditFilter,
     actor: Actor,
 ) -> Result<Response, AppError> {
-    let mut conn = pool.acquire().await?;
+    let mut conn = state.reads.pool.acquire().await?;
     let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut *conn)
         .await?;
     let (chunks, mut body) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHUNKS_IN_FLIGHT);
     let filename = filename(&query);
-    let pool = pool.clone();
+    let (reads, primary) = (state.reads.pool.clone(), state.pool.clone());
     tokio::spawn(async move {
         let _slot = slot;
         let outcome = stream_rows(&mut conn, &filter, &chunks).await;
@@ -117,7 +118,7 @@ async fn export(
             Err(Stop::ClientGone(rows)) => {
                 // Mid-query: never hand this connection to anyone else.
                 drop(conn.detach());
-                stop_backend(&pool, backend).await;
+                stop_backend(&reads, backend).await;
                 (rows, true, None)
             }
             Err(Stop::Failed(rows, err)) => {
@@ -133,8 +134,15 @@ async fn export(
         let details = serde_json::json!({
             "filter": query.query_string(), "rows": rows, "cancelled": cancelled,
         });
-        if let Err(err) =
-            actions::record(&pool, actor, "export_audit_csv", "audit_log", None, details).await
+        if let Err(err) = actions::record(
+            &primary,
+            actor,
+            "export_audit_csv",
+            "audit_log",
+            None,
+            details,
+        )
+        .await
         {
             tracing::error!(error = %err, "could not record an audit export");
         }

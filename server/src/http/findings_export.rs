@@ -69,7 +69,7 @@ pub async fn export(
             chrono::Utc::now(),
         )?;
         let period = filter.period.to_string();
-        let rows = findings::list(&state.pool, &filter, MAX_ROWS).await?;
+        let rows = findings::list(&state.reads.pool, &filter, MAX_ROWS).await?;
         let mut csv = csv::Writer::from_writer(Vec::new());
         let time =
             |at: chrono::DateTime<chrono::Utc>| at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();

@@ -18,7 +18,10 @@ use std::time::Duration;
 
 use app::{
     domain::{ApiScope, Email, Role},
-    ssr::{accounts, data::actions::Actor, key_requests::KeyPolicy, tokens, AppState, AuthConfig},
+    ssr::{
+        accounts, data::actions::Actor, key_requests::KeyPolicy, tokens, AppState, AuthConfig,
+        Reads,
+    },
 };
 use server::proxy::upstream::{StripeSecret, Upstream};
 
@@ -124,6 +127,7 @@ impl TestApp {
         let state = AppState {
             leptos_options: LeptosOptions::builder().output_name("vaultcap").build(),
             pool: pool.clone(),
+            reads: Reads::primary(pool.clone()),
             auth: Arc::new(auth),
             cap_increases: Default::default(),
             password_checks: Default::default(),

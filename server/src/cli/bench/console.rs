@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Instant};
 use anyhow::{ensure, Context};
 use app::{
     domain::{BillingPeriod, Email, Role},
-    ssr::{accounts, data::actions::Actor, AppState, AuthConfig},
+    ssr::{accounts, data::actions::Actor, AppState, AuthConfig, Reads},
 };
 use axum::{body::Body, http::Request, Router};
 use clap::Args;
@@ -66,6 +66,7 @@ async fn measure(db: &BenchDatabase, args: &ConsoleBenchArgs) -> anyhow::Result<
             .output_name("vaultcap")
             .build(),
         pool: pool.clone(),
+        reads: Reads::primary(pool.clone()),
         auth: Arc::new(AuthConfig::default()),
         cap_increases: Default::default(),
         password_checks: Default::default(),
