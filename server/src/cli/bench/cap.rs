@@ -520,13 +520,16 @@ impl Clients {
 
 /// HAProxy in front of `vaultcap serve` instances, in the foreground of
 /// its own process (killed when dropped).
-struct HaProxy {
+pub(super) struct HaProxy {
     _process: tokio::process::Child,
-    base: String,
+    pub(super) base: String,
 }
 
 impl HaProxy {
-    async fn start(scratch: &std::path::Path, instances: &[ServeProcess]) -> anyhow::Result<Self> {
+    pub(super) async fn start(
+        scratch: &std::path::Path,
+        instances: &[ServeProcess],
+    ) -> anyhow::Result<Self> {
         let port = {
             let free = std::net::TcpListener::bind("127.0.0.1:0")?;
             free.local_addr()?.port()

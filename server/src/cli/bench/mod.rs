@@ -4,6 +4,7 @@
 mod audit;
 pub mod cap;
 mod console;
+mod fleet;
 mod proxy;
 mod reconcile;
 
@@ -38,6 +39,9 @@ pub enum BenchCommand {
     /// The cap under load: concurrent charges at one key, with the proxy
     /// killed (SIGKILL) and restarted mid-run.
     Cap(cap::CapBenchArgs),
+    /// N instances over one database behind HAProxy (N = 1, 2, 4):
+    /// calls/s, latency, CPU per call and what one database core carries.
+    Fleet(fleet::FleetBenchArgs),
     /// Server time to render the overview, keys list and a key's page with
     /// many keys and a large audit log.
     Console(console::ConsoleBenchArgs),
@@ -53,6 +57,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Cap(args) => cap::run(args).await,
+        BenchCommand::Fleet(args) => fleet::run(args).await,
         BenchCommand::Console(args) => console::run(args).await,
         BenchCommand::Audit(args) => audit::run(args).await,
         BenchCommand::Reconcile(args) => reconcile::run(args).await,

@@ -20,7 +20,7 @@ use clap::Args;
 use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
 use crate::embedded_pg::EmbeddedPostgres;
 
-const SCRIPT: &str = include_str!("charges.lua");
+pub(super) const SCRIPT: &str = include_str!("charges.lua");
 
 #[derive(Debug, Args)]
 pub struct ProxyBenchArgs {
@@ -126,28 +126,28 @@ impl Load {
 }
 
 /// What wrk measured, and the CPU the proxy and PostgreSQL spent meanwhile.
-struct Measured {
+pub(super) struct Measured {
     calls: u64,
     seconds: f64,
-    p50_ms: f64,
-    p99_ms: f64,
+    pub(super) p50_ms: f64,
+    pub(super) p99_ms: f64,
     /// Answers 2xx, 409 (a twin while the first is in flight), other.
-    ok: u64,
+    pub(super) ok: u64,
     conflict: u64,
-    other: u64,
-    socket_errors: u64,
-    proxy_cpu: Duration,
-    postgres_cpu: Duration,
+    pub(super) other: u64,
+    pub(super) socket_errors: u64,
+    pub(super) proxy_cpu: Duration,
+    pub(super) postgres_cpu: Duration,
     /// What the proxy's ledger writers did meanwhile (proxied loads only).
     batches: Option<Batches>,
 }
 
 impl Measured {
-    fn rate(&self) -> f64 {
+    pub(super) fn rate(&self) -> f64 {
         self.calls as f64 / self.seconds
     }
 
-    fn per_call_ms(&self, cpu: Duration) -> f64 {
+    pub(super) fn per_call_ms(&self, cpu: Duration) -> f64 {
         cpu.as_secs_f64() * 1000.0 / self.calls.max(1) as f64
     }
 }
@@ -478,7 +478,7 @@ async fn settings(pool: &sqlx::PgPool) -> anyhow::Result<String> {
 
 /// Runs wrk for `seconds` with `in_flight` connections; `tag` starts this
 /// run's Idempotency-Keys and customer ids, so no two runs share one.
-fn wrk(
+pub(super) fn wrk(
     script: &Path,
     base: &str,
     keys: &Path,
@@ -552,14 +552,14 @@ fn ticks(ticks: u64) -> Duration {
 }
 
 /// CPU time (user + system) one process has used.
-fn process_cpu(pid: u32) -> anyhow::Result<Duration> {
+pub(super) fn process_cpu(pid: u32) -> anyhow::Result<Duration> {
     let (_, own, _) = proc_stat(pid).context("reading the proxy's CPU time")?;
     Ok(ticks(own))
 }
 
 /// CPU time of the whole cluster: the postmaster, its live children (the
 /// backends, the WAL writer, the checkpointer) and those that have exited.
-fn cluster_cpu(postmaster: u32) -> anyhow::Result<Duration> {
+pub(super) fn cluster_cpu(postmaster: u32) -> anyhow::Result<Duration> {
     let (_, own, exited) = proc_stat(postmaster).context("reading PostgreSQL's CPU time")?;
     let mut total = own + exited;
     for entry in std::fs::read_dir("/proc")? {
@@ -628,14 +628,14 @@ fn pgbench(pg: &EmbeddedPostgres, seconds: u32, clients: usize) -> anyhow::Resul
 
 /// Every call the proxy answered, against what Stripe made and what the
 /// ledger says.
-struct Books {
+pub(super) struct Books {
     stripe_charges: i64,
     settled: i64,
     open: i64,
     spent_cents: i64,
 }
 
-async fn books(db: &BenchDatabase, stripe: &FakeStripe) -> anyhow::Result<Books> {
+pub(super) async fn books(db: &BenchDatabase, stripe: &FakeStripe) -> anyhow::Result<Books> {
     let (settled, open, spent_cents): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE state = 'settled'),
                 count(*) FILTER (WHERE state IN ('pending', 'outcome_unknown')),
@@ -659,13 +659,13 @@ async fn books(db: &BenchDatabase, stripe: &FakeStripe) -> anyhow::Result<Books>
 }
 
 impl Books {
-    fn balanced(&self) -> bool {
+    pub(super) fn balanced(&self) -> bool {
         self.stripe_charges == self.settled
             && self.open == 0
             && self.spent_cents == self.settled * 100
     }
 
-    fn summary(&self) -> String {
+    pub(super) fn summary(&self) -> String {
         format!(
             "charges Stripe made {}, reservations settled {}, left open {}, spent {} cents (100 each)",
             self.stripe_charges, self.settled, self.open, self.spent_cents
