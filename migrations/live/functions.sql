@@ -34,6 +34,35 @@ AS $function$
     SELECT sha256(convert_to('vaultcap audit chain ' || to_char(p_day, 'YYYY-MM-DD'), 'UTF8'))
 $function$;
 
+CREATE OR REPLACE FUNCTION public.audit_log_add_partitions(p_ahead integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+DECLARE
+    month date := date_trunc('month', now() AT TIME ZONE 'UTC')::date;
+    made integer := 0;
+    name text;
+BEGIN
+    FOR i IN 0 .. least(greatest(p_ahead, 0), 24) LOOP
+        name := 'audit_log_' || to_char(month, 'YYYY_MM');
+        BEGIN
+            EXECUTE format('CREATE TABLE %I PARTITION OF audit_log FOR VALUES FROM (%L) TO (%L)',
+                           name, month, (month + interval '1 month')::date);
+            EXECUTE format('REVOKE ALL ON %I FROM vaultcap_app', name);
+            EXECUTE format('GRANT SELECT ON %I TO vaultcap_app', name);
+            made := made + 1;
+        EXCEPTION
+            -- Covered by audit_log_history, or made by another instance.
+            WHEN invalid_object_definition OR duplicate_table THEN NULL;
+        END;
+        month := (month + interval '1 month')::date;
+    END LOOP;
+    RETURN made;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.audit_log_chain()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -61,7 +90,7 @@ BEGIN
     END IF;
     NEW.chain_day := v_day;
     NEW.chain_seq := v_seq + 1;
-    NEW.row_hash := audit_row_hash(v_prev, NEW);
+    NEW.row_hash := audit_row_hash(v_prev, ROW(NEW.*)::audit_log);
     PERFORM set_config('vaultcap.audit_chain',
                        to_char(v_day, 'YYYY-MM-DD') || ' ' || NEW.chain_seq || ' ' || encode(NEW.row_hash, 'hex'), true);
     RETURN NEW;
@@ -147,7 +176,7 @@ CREATE OR REPLACE FUNCTION public.forbid_rewrite()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP
+    RAISE EXCEPTION '% is append-only: % is not allowed', pg_partition_root(TG_RELID)::regclass, TG_OP
         USING ERRCODE = 'insufficient_privilege';
 END
 $function$;

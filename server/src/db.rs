@@ -22,6 +22,9 @@ pub struct Database {
     pub pool: PgPool,
     /// The proxy's own: the spend ledger's writers and key lookups.
     pub ledger_pool: PgPool,
+    /// The schema's owner: migrations, and archiving months of the audit
+    /// log, which the application's own role may not drop.
+    owner: PgConnectOptions,
     embedded: Option<EmbeddedPostgres>,
 }
 
@@ -84,8 +87,14 @@ impl Database {
         Ok(Self {
             pool,
             ledger_pool,
+            owner,
             embedded,
         })
+    }
+
+    /// How to connect as the schema's owner.
+    pub fn owner(&self) -> PgConnectOptions {
+        self.owner.clone()
     }
 
     /// Closes the pool and stops the private cluster if this process started it.

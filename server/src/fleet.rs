@@ -27,6 +27,10 @@ pub fn settings_of(args: &ServeArgs) -> Vec<(&'static str, Value)> {
     ceilings.sort();
     vec![
         ("--alert-webhook", json!(webhooks)),
+        (
+            "--audit-retention-months",
+            json!(args.audit_retention_months),
+        ),
         ("--cap-ceiling-pct", json!(args.cap_ceiling_pct)),
         ("--cap-request-ttl-hours", json!(args.cap_request_ttl_hours)),
         ("--key-ceiling", json!(ceilings)),

@@ -3,6 +3,7 @@
 //! private PostgreSQL cluster).
 
 pub mod api;
+pub mod audit_archive;
 pub mod audit_chain;
 pub mod cli;
 pub mod config;

@@ -1,11 +1,19 @@
 //! `vaultcap audit verify`: recomputes the audit log's hash chain.
 
+use std::path::PathBuf;
+
 use chrono::NaiveDate;
 use clap::Subcommand;
+use sqlx::ConnectOptions;
 
-use app::ssr::data::audit_chain;
+use app::{
+    domain::{group_thousands, BillingPeriod},
+    ssr::data::{actions::Actor, audit_chain},
+};
 
-use crate::{audit_chain::verify, config::DatabaseArgs, db::Database};
+use crate::{
+    audit_archive::archive_before, audit_chain::verify, config::DatabaseArgs, db::Database,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
@@ -23,10 +31,63 @@ pub enum AuditCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
+    /// Archive the months of the audit log before --before: each to a
+    /// gzipped CSV file in --to, its row count and SHA-256 recorded in the
+    /// database and the action log, then dropped. A month still being
+    /// written is never archived. Runs as the schema's owner
+    /// (VAULTCAP_MIGRATION_DATABASE_URL when it is set).
+    Archive {
+        /// The first month kept (YYYY-MM), at most this month.
+        #[arg(long)]
+        before: BillingPeriod,
+        /// The directory the files are written to (made if missing).
+        #[arg(long)]
+        to: PathBuf,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
 }
 
 pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
-    let AuditCommand::Verify { from, to, database } = command;
+    match command {
+        AuditCommand::Verify { from, to, database } => check(from, to, database).await,
+        AuditCommand::Archive {
+            before,
+            to,
+            database,
+        } => archive(before, to, database).await,
+    }
+}
+
+async fn archive(before: BillingPeriod, to: PathBuf, database: DatabaseArgs) -> anyhow::Result<()> {
+    let db = Database::open(&database).await?;
+    let archived = async {
+        let mut owner = db.owner().connect().await?;
+        archive_before(&mut owner, before.starts_at().date_naive(), &to, Actor::Cli).await
+    }
+    .await;
+    db.close().await?;
+    let archived = archived?;
+    if archived.is_empty() {
+        println!("No month of the audit log before {before} is left to archive.");
+    }
+    for month in archived {
+        println!(
+            "Archived {}: {} rows to {} (SHA-256 {}), then dropped it.",
+            month.partition,
+            group_thousands(month.rows),
+            month.file.display(),
+            month.sha256
+        );
+    }
+    Ok(())
+}
+
+async fn check(
+    from: Option<NaiveDate>,
+    to: Option<NaiveDate>,
+    database: DatabaseArgs,
+) -> anyhow::Result<()> {
     if let (Some(from), Some(to)) = (from, to) {
         anyhow::ensure!(from <= to, "--from {from} is after --to {to}");
     }

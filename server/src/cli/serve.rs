@@ -15,6 +15,7 @@ use leptos::config::LeptosOptions;
 use tokio_util::task::TaskTracker;
 
 use crate::{
+    audit_archive,
     config::ServeArgs,
     db::Database,
     fleet, http,
@@ -63,6 +64,27 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 fleet_round(&pool, "expiry", alerts::raise_expiring(&pool)).await;
                 if let Err(err) = crate::audit_chain::check_in_background(&pool).await {
                     tracing::error!(error = %err, "checking the audit log's hash chain");
+                }
+            }
+        }
+    });
+    // The audit log's months: made ahead at start and each hour; with
+    // --audit-retention-months, those out of retention archived and dropped.
+    audit_archive::add_partitions(&db.pool).await?;
+    let hourly = tokio::spawn({
+        let (pool, owner) = (db.pool.clone(), db.owner());
+        let retention = args
+            .audit_retention_months
+            .zip(args.audit_archive_dir.clone());
+        async move {
+            let mut every_hour = tokio::time::interval(std::time::Duration::from_secs(3600));
+            loop {
+                every_hour.tick().await;
+                let adding = audit_archive::add_partitions(&pool);
+                fleet_round(&pool, "audit_partitions", adding).await;
+                if let Some((months, dir)) = &retention {
+                    let archiving = audit_archive::apply_retention(&owner, *months, dir);
+                    fleet_round(&pool, "audit_archive", archiving).await;
                 }
             }
         }
@@ -173,7 +195,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     notifier.abort();
     minutely.abort();
     asking.abort();
-    let _ = tokio::join!(notifier, minutely, asking);
+    hourly.abort();
+    let _ = tokio::join!(notifier, minutely, asking, hourly);
     db.close().await?;
     served
 }

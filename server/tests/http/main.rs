@@ -9,6 +9,7 @@ mod key_policy;
 mod access;
 mod alerts;
 mod audit;
+mod audit_partitions;
 mod auth;
 mod cap_increases;
 mod demo;

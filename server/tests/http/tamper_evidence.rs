@@ -127,14 +127,17 @@ async fn rows_written_at_once_by_many_writers_form_one_unbroken_chain(owner: PgP
     for writer in writers {
         writer.await.unwrap();
     }
-    // Whatever chain values an INSERT names are the trigger's to set.
-    sqlx::query(
+    // The chain's values are the trigger's to set: an INSERT naming them is
+    // refused.
+    let named = sqlx::query(
         "INSERT INTO audit_log (request_id, method, path, decision, chain_day, chain_seq, row_hash)
          VALUES (gen_random_uuid(), 'POST', '/v1/charges', 'refused_unknown_key', '2000-01-01', 1, '\\x00')",
     )
     .execute(&app)
     .await
-    .unwrap();
+    .unwrap_err();
+    assert_eq!(sql_state(named), "42501");
+    audit_rows(&app, 1).await;
     let report = verify(&app, None, None).await.unwrap();
     assert!(report.broken.is_none(), "{:?}", report.broken);
     assert_eq!(report.rows, 401);
