@@ -9,7 +9,7 @@ use chrono::{Datelike, NaiveDate};
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, PgConnection, PgPool};
 
-use crate::helpers::app_pool;
+use crate::helpers::{app_pool, audit_rows};
 use app::ssr::data::actions::Actor;
 use server::{audit_archive::archive_before, audit_chain::verify};
 
@@ -19,19 +19,6 @@ fn this_month() -> NaiveDate {
 
 fn partition_of(month: NaiveDate) -> String {
     format!("audit_log_{}", month.format("%Y_%m"))
-}
-
-/// `count` refused calls written as the application writes them.
-async fn audit_rows(app: &PgPool, count: i32) {
-    sqlx::query(
-        "INSERT INTO audit_log (request_id, method, path, amount_cents, currency, decision)
-         SELECT gen_random_uuid(), 'POST', '/v1/charges', 1000 + n, 'usd', 'refused_unknown_key'
-         FROM generate_series(1, $1) AS n",
-    )
-    .bind(count)
-    .execute(app)
-    .await
-    .unwrap();
 }
 
 async fn owner_connection(owner: &PgPool) -> PgConnection {

@@ -80,6 +80,19 @@ fn app_login(test_pool: &PgPool) -> PgConnectOptions {
     owner.username(server::db::APP_LOGIN)
 }
 
+/// `count` refused calls written as the application writes them.
+pub async fn audit_rows(app_pool: &PgPool, count: i32) {
+    sqlx::query(
+        "INSERT INTO audit_log (request_id, method, path, amount_cents, currency, decision)
+         SELECT gen_random_uuid(), 'POST', '/v1/charges', 1000 + n, 'usd', 'refused_unknown_key'
+         FROM generate_series(1, $1) AS n",
+    )
+    .bind(count)
+    .execute(app_pool)
+    .await
+    .unwrap();
+}
+
 /// The application on a test database, driven without a socket.
 pub struct TestApp {
     pub router: Router,

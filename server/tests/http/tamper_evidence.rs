@@ -4,22 +4,9 @@
 
 use sqlx::PgPool;
 
-use crate::helpers::{app_pool, TestApp};
+use crate::helpers::{app_pool, audit_rows, TestApp};
 use app::domain::Role;
 use server::audit_chain::{check_new_rows, verify, HASHED_COLUMNS};
-
-/// `count` refused calls written as the application writes them.
-async fn audit_rows(app_pool: &PgPool, count: i32) {
-    sqlx::query(
-        "INSERT INTO audit_log (request_id, method, path, amount_cents, currency, decision)
-         SELECT gen_random_uuid(), 'POST', '/v1/charges', 1000 + n, 'usd', 'refused_unknown_key'
-         FROM generate_series(1, $1) AS n",
-    )
-    .bind(count)
-    .execute(app_pool)
-    .await
-    .unwrap();
-}
 
 /// What a superuser can do that the application cannot: write behind the
 /// append-only trigger.

@@ -12,7 +12,7 @@ use clap::Args;
 use super::{
     cap::HaProxy,
     issue_keys,
-    proxy::{books, cluster_cpu, process_cpu, wrk, Measured, SCRIPT},
+    proxy::{books, cluster_cpu, process_cpu, write_keys, wrk, Measured, SCRIPT},
     serve, BenchDatabase, FakeStripe, ServeProcess,
 };
 
@@ -47,12 +47,7 @@ async fn measure(db: &BenchDatabase, args: &FleetBenchArgs) -> anyhow::Result<()
     let keys = issue_keys(&db.pool, 100, 1_000_000_000_000).await?;
     let scratch = db.scratch();
     let keys_file = scratch.join("fleet.keys");
-    std::fs::write(
-        &keys_file,
-        keys.iter()
-            .map(|(secret, _)| format!("{secret}\n"))
-            .collect::<String>(),
-    )?;
+    write_keys(&keys_file, &keys)?;
     let script = scratch.join("charges.lua");
     std::fs::write(&script, SCRIPT)?;
     let mut env = db.serve_env(&stripe_base);
@@ -155,10 +150,14 @@ async fn capacity(db: &BenchDatabase, measured: &[(usize, Measured)]) -> anyhow:
     };
     let pg_ms = best.per_call_ms(best.postgres_cpu);
     let vaultcap_ms = best.per_call_ms(best.proxy_cpu);
-    let (rows, bytes): (i64, i64) =
-        sqlx::query_as("SELECT count(*), pg_total_relation_size('audit_log') FROM audit_log")
-            .fetch_one(&db.pool)
-            .await?;
+    // The partitions hold the rows; the partitioned table itself has none.
+    let (rows, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM audit_log),
+                (SELECT sum(pg_total_relation_size(relid))::bigint
+                 FROM pg_partition_tree('audit_log'))",
+    )
+    .fetch_one(&db.pool)
+    .await?;
     let rows_per_gb = rows as f64 * (1u64 << 30) as f64 / bytes.max(1) as f64;
     println!("\ncapacity, from the {count}-instance runs:");
     println!(

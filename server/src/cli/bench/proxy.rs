@@ -19,6 +19,7 @@ use clap::Args;
 
 use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
 use crate::embedded_pg::EmbeddedPostgres;
+use app::ssr::data::vault_keys::VaultKeyRow;
 
 pub(super) const SCRIPT: &str = include_str!("charges.lua");
 
@@ -162,14 +163,8 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     let scratch = db.scratch();
     let hot_file = scratch.join("hot.keys");
     let spread_file = scratch.join("spread.keys");
-    std::fs::write(&hot_file, format!("{}\n", hot.0))?;
-    std::fs::write(
-        &spread_file,
-        spread
-            .iter()
-            .map(|(secret, _)| format!("{secret}\n"))
-            .collect::<String>(),
-    )?;
+    write_keys(&hot_file, std::slice::from_ref(hot))?;
+    write_keys(&spread_file, spread)?;
     let script = scratch.join("charges.lua");
     std::fs::write(&script, SCRIPT)?;
 
@@ -530,6 +525,16 @@ pub(super) fn wrk(
         postgres_cpu: Duration::ZERO,
         batches: None,
     })
+}
+
+/// The file of vault keys `charges.lua` takes them in turn from: one
+/// secret a line.
+pub(super) fn write_keys(path: &Path, keys: &[(String, VaultKeyRow)]) -> std::io::Result<()> {
+    let lines: String = keys
+        .iter()
+        .map(|(secret, _)| format!("{secret}\n"))
+        .collect();
+    std::fs::write(path, lines)
 }
 
 /// Fields of `/proc/PID/stat` after the command name: (ppid, user + system
