@@ -4,10 +4,12 @@
 //! and take its SHA-256, recorded in `audit_archives` and the action log,
 //! and only then dropped, with its days' hash chain heads and checks.
 //!
-//! The partition is detached first, so no row can arrive while it is
-//! copied; only months that have ended are archived, so detaching never
-//! takes the month calls are written into. A run that stops midway leaves
-//! the detached table whole, and the next run archives it. Dropping a
+//! The partition is detached first (concurrently: calls go on being
+//! audited meanwhile), so no row can arrive while it is copied; only
+//! months that have ended are archived, so detaching never takes the
+//! month calls are written into. A run that stops midway leaves the
+//! detached table whole (or half-detached), and the next run finishes it
+//! and archives it. Dropping a
 //! month needs the schema's owner (the application's own role cannot drop
 //! its logs): `vaultcap audit archive` and serve's retention connect as the
 //! owner (VAULTCAP_MIGRATION_DATABASE_URL when it is set).
@@ -117,14 +119,26 @@ async fn archive(
     actor: Actor,
 ) -> anyhow::Result<Archived> {
     // The name matched archivable()'s pattern: safe to write into SQL.
-    let attached: bool =
-        sqlx::query_scalar("SELECT relispartition FROM pg_class WHERE oid = $1::regclass")
-            .bind(partition)
-            .fetch_one(&mut *conn)
-            .await?;
-    if attached {
+    // Detached CONCURRENTLY: a plain detach would queue for an exclusive
+    // lock on the whole log behind any long export, and every call's audit
+    // row would queue behind it. One a stopped run left half-detached is
+    // finished.
+    let (attached, pending): (bool, bool) = sqlx::query_as(
+        "SELECT c.relispartition, coalesce(i.inhdetachpending, false)
+         FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+         WHERE c.oid = $1::regclass",
+    )
+    .bind(partition)
+    .fetch_one(&mut *conn)
+    .await?;
+    let detach = match (attached, pending) {
+        (_, true) => Some("FINALIZE"),
+        (true, false) => Some("CONCURRENTLY"),
+        (false, _) => None,
+    };
+    if let Some(how) = detach {
         sqlx::query(&format!(
-            "ALTER TABLE audit_log DETACH PARTITION {partition}"
+            "ALTER TABLE audit_log DETACH PARTITION {partition} {how}"
         ))
         .execute(&mut *conn)
         .await
