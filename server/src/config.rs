@@ -70,12 +70,13 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(0..=86_400))]
     pub replica_lag_notice_secs: u32,
 
-    /// Months of the audit log kept before the current one. Each hour, one
-    /// instance archives the months before them to --audit-archive-dir
-    /// (gzipped CSV, row count and SHA-256 recorded) and drops them, as the
-    /// schema's owner. Unset: the log is kept forever.
+    /// Months of the audit log kept before the current one (0: only the
+    /// current month). At start and each hour, one instance archives the
+    /// months before them to --audit-archive-dir (gzipped CSV, row count
+    /// and SHA-256 recorded) and drops them, as the schema's owner. Unset:
+    /// the log is kept forever.
     #[arg(long, env = "VAULTCAP_AUDIT_RETENTION_MONTHS", requires = "audit_archive_dir",
-          value_parser = clap::value_parser!(u32).range(1..=1200))]
+          value_parser = clap::value_parser!(u32).range(0..=1200))]
     pub audit_retention_months: Option<u32>,
 
     /// Where archived months of the audit log are written.

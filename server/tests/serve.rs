@@ -335,6 +335,58 @@ async fn sigterm_drains_readyz_answers_503_while_calls_are_still_served() {
     db.stop().await.unwrap();
 }
 
+/// With --audit-retention-months, one instance archives the months out of
+/// retention at start and then hourly, as the schema's owner: the month's
+/// file is written, recorded, and the month dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_archives_the_months_out_of_retention() {
+    let db = server::cli::bench::BenchDatabase::start().await.unwrap();
+    // Calls written in January: behind the chaining trigger, which would
+    // give them today's day.
+    let mut tx = db.pool.begin().await.unwrap();
+    for statement in [
+        "SET LOCAL session_replication_role = replica",
+        "INSERT INTO audit_log (request_id, method, path, decision, chain_day, chain_seq, row_hash)
+         SELECT gen_random_uuid(), 'POST', '/v1/charges', 'refused_unknown_key', '2026-01-15', n,
+                sha256(int4send(n))
+         FROM generate_series(1, 3) AS n",
+    ] {
+        sqlx::query(statement).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let archive = db.scratch().join("archive");
+    let mut env = db.serve_env("http://127.0.0.1:9");
+    env.push(("VAULTCAP_AUDIT_RETENTION_MONTHS", "0".into()));
+    env.push(("VAULTCAP_AUDIT_ARCHIVE_DIR", archive.display().to_string()));
+    let serve = start_serve(&db, &env).await;
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (rows, file): (i64, String) = loop {
+        let archived = sqlx::query_as("SELECT rows, file FROM audit_archives")
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap();
+        if let Some(archived) = archived {
+            break archived;
+        }
+        assert!(std::time::Instant::now() < deadline, "nothing was archived");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(rows, 3);
+    assert_eq!(
+        std::path::PathBuf::from(file),
+        archive.join("audit_log_history.csv.gz")
+    );
+    assert!(archive.join("audit_log_history.csv.gz").is_file());
+    let gone: bool = sqlx::query_scalar("SELECT to_regclass('audit_log_history') IS NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(gone, "the month is dropped once archived");
+    serve.stop().await.unwrap();
+    db.stop().await.unwrap();
+}
+
 /// The real `vaultcap serve` over `db` with `env`, ready, its log in the
 /// run's scratch directory.
 async fn start_serve(
