@@ -68,8 +68,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             }
         }
     });
-    // The audit log's months: made ahead at start and each hour; with
-    // --audit-retention-months, those out of retention archived and dropped.
+    // The audit log's months: made ahead now (before any call is audited)
+    // and then each hour; with --audit-retention-months, those out of
+    // retention archived and dropped, now and then each hour.
     audit_archive::add_partitions(&db.pool).await?;
     let hourly = tokio::spawn({
         let (pool, owner) = (db.pool.clone(), db.owner());
@@ -77,15 +78,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .audit_retention_months
             .zip(args.audit_archive_dir.clone());
         async move {
-            let mut every_hour = tokio::time::interval(std::time::Duration::from_secs(3600));
+            let hour = std::time::Duration::from_secs(3600);
+            let mut next = tokio::time::Instant::now();
             loop {
-                every_hour.tick().await;
-                let adding = audit_archive::add_partitions(&pool);
-                fleet_round(&pool, "audit_partitions", adding).await;
                 if let Some((months, dir)) = &retention {
                     let archiving = audit_archive::apply_retention(&owner, *months, dir);
                     fleet_round(&pool, "audit_archive", archiving).await;
                 }
+                next += hour;
+                tokio::time::sleep_until(next).await;
+                let adding = audit_archive::add_partitions(&pool);
+                fleet_round(&pool, "audit_partitions", adding).await;
             }
         }
     });
