@@ -23,19 +23,29 @@ Changes to stock localstripe, each small and tested in test_launcher.py:
   payment intents, and lists oldest first);
 * refunds take Stripe's `reason`, refund what is left of the charge when
   no amount is given, and refuse a charge with nothing left to refund (400
-  `charge_already_refunded`) instead of refunding it again.
+  `charge_already_refunded`) instead of refunding it again;
+* webhook events are sent for charges as Stripe sends them
+  (`charge.succeeded`, `charge.failed`, `charge.refunded`; stock
+  localstripe sends none), and every event carries Stripe's
+  `pending_webhooks` and `request` (`id`, and the `idempotency_key` of the
+  API request that caused it).
 
 Usage: python localstripe_launcher.py [--port N]
 """
 
 import argparse
+import contextvars
 import socket
 from dataclasses import dataclass
 
 from aiohttp import web
 from localstripe import server
 from localstripe.errors import UserError
-from localstripe.resources import Charge, PaymentIntent, Refund, Store, try_convert_to_int
+from localstripe.resources import Charge, Event, PaymentIntent, Refund, Store, random_id, try_convert_to_int
+from localstripe.webhooks import schedule_webhook
+
+# The Idempotency-Key of the API request being served, for its events.
+REQUEST_KEY: contextvars.ContextVar = contextvars.ContextVar("request_key", default=None)
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,7 @@ def idempotent_posts():
     @web.middleware
     async def middleware(request: web.Request, handler):
         key = request.headers.get("Idempotency-Key")
+        REQUEST_KEY.set(key)
         if request.method != "POST" or not key:
             return await handler(request)
         scope = (request.headers.get("Authorization", ""), key)
@@ -131,7 +142,20 @@ def ranged_listing(resource):
 
 
 def patch_charges() -> None:
-    """Charges as Stripe shows and lists them (see the module's doc)."""
+    """Charges as Stripe shows, lists and announces them (see the module's doc)."""
+    stock = Charge._initialize_charge
+
+    def initialize(self, on_success=None, on_failure_now=None, on_failure_later=None):
+        def failed_now():
+            schedule_webhook(Event("charge.failed", self))
+            if on_failure_now:
+                on_failure_now()
+
+        stock(self, on_success, failed_now, on_failure_later)
+        if self.status == "succeeded":
+            schedule_webhook(Event("charge.succeeded", self))
+
+    Charge._initialize_charge = initialize
     Charge.amount_captured = property(
         lambda self: self.amount if self.captured and self.status == "succeeded" else 0
     )
@@ -179,8 +203,21 @@ def patch_refunds() -> None:
                 raise UserError(400, f"Refund amount ({wanted}) is greater than unrefunded amount on charge ({left})")
         stock(self, charge=charge, payment_intent=payment_intent, amount=amount, metadata=metadata, **kwargs)
         self.reason = reason
+        schedule_webhook(Event("charge.refunded", Charge._api_retrieve(self.charge)))
 
     Refund.__init__ = refund
+
+
+def patch_events() -> None:
+    """Events carry what Stripe's do (see the module's doc)."""
+    stock = Event.__init__
+
+    def event(self, type, data):
+        stock(self, type, data)
+        self.pending_webhooks = 1
+        self.request = {"id": "req_" + random_id(14), "idempotency_key": REQUEST_KEY.get()}
+
+    Event.__init__ = event
 
 
 def main() -> None:
@@ -192,6 +229,7 @@ def main() -> None:
     patch_charges()
     patch_payment_intents()
     patch_refunds()
+    patch_events()
     # Inside the authentication check, so only authenticated calls are kept.
     server.app.middlewares.insert(2, idempotent_posts())
 

@@ -1,6 +1,14 @@
 """What localstripe_launcher.py adds to stock localstripe, checked against
 it directly (no Vaultcap in between) with the official SDK."""
 
+import hashlib
+import hmac
+import http.server
+import json
+import queue
+import threading
+import urllib.request
+
 import pytest
 import stripe
 
@@ -74,3 +82,53 @@ def test_refunds_take_a_reason_refund_the_remainder_and_never_twice(sdk):
         sdk.v1.refunds.create(params={"charge": charge.id})
     assert refused.value.code == "charge_already_refunded"
     assert sdk.v1.charges.retrieve(charge.id).amount_refunded == 1000
+
+
+@pytest.fixture
+def receiver():
+    """A webhook receiver on a free port: the events it was sent, in order."""
+    received: queue.Queue = queue.Queue()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.put((self.headers["Stripe-Signature"], body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", received
+    server.shutdown()
+
+
+def test_charges_are_announced_signed_with_the_request_that_made_them(sdk, localstripe, real_stripe_key, receiver):
+    url, received = receiver
+    secret = "whsec_launcher"
+    register = urllib.request.Request(
+        f"{localstripe}/_config/webhooks/launcher",
+        data=json.dumps({"url": url, "secret": secret, "events": ["charge.succeeded", "charge.refunded"]}).encode(),
+        headers={"Authorization": f"Bearer {real_stripe_key}", "Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(register).read()
+    charge = create_charge(sdk, 1200, "launcher-events")
+    sdk.v1.refunds.create(params={"charge": charge.id, "amount": 200})
+
+    # Events of the other tests' charges may still be on their way.
+    by_type = {}
+    while len(by_type) < 2:
+        signature, body = received.get(timeout=10)
+        t, v1 = (part.split("=", 1)[1] for part in signature.split(","))
+        expected = hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(v1, expected), "signed as Stripe signs"
+        event = json.loads(body)
+        if event["data"]["object"]["id"] == charge.id:
+            by_type[event["type"]] = event
+    assert set(by_type) == {"charge.succeeded", "charge.refunded"}
+    succeeded = by_type["charge.succeeded"]
+    assert succeeded["request"]["idempotency_key"] == "launcher-events"
+    assert succeeded["pending_webhooks"] == 1
+    assert by_type["charge.refunded"]["data"]["object"]["amount_refunded"] == 200
