@@ -257,6 +257,17 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.queue_unmetered_notification()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO alert_notifications (finding_id, event) VALUES (NEW.id, 'finding.unmetered');
+    PERFORM pg_notify('vaultcap_alerts', 'finding:' || NEW.id);
+    RETURN NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.record_calls(p_calls jsonb)
  RETURNS void
  LANGUAGE plpgsql

@@ -202,6 +202,23 @@ fn parse_network(raw: &str) -> Result<ipnet::IpNet, String> {
         .map_err(|_| format!("{raw:?} is neither an address nor a network like 10.0.0.0/8"))
 }
 
+/// The hour of the nightly sync (UTC), or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NightlySync(pub Option<u32>);
+
+/// `0` to `23`, or `off`.
+fn parse_hour(raw: &str) -> Result<NightlySync, String> {
+    match raw.trim() {
+        "off" => Ok(NightlySync(None)),
+        hour => hour
+            .parse::<u32>()
+            .ok()
+            .filter(|hour| *hour < 24)
+            .map(|hour| NightlySync(Some(hour)))
+            .ok_or_else(|| format!("{raw:?} is not an hour of the day (0 to 23) or off")),
+    }
+}
+
 fn parse_webhook(raw: &str) -> Result<String, String> {
     let url =
         reqwest::Url::parse(raw.trim()).map_err(|err| format!("{raw:?} is not a URL: {err}"))?;
@@ -226,6 +243,24 @@ pub struct StripeArgs {
     /// refuses every call (503) instead of forwarding.
     #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
     pub stripe_secret_key: Option<String>,
+
+    /// The secrets Stripe signs its webhook events with (`whsec_…`), for
+    /// `POST /stripe/webhooks`; during a rotation give the old and the new
+    /// (repeat the flag, or separate them with commas). Without one the
+    /// endpoint answers 503 and Stripe delivers again later.
+    #[arg(
+        long = "stripe-webhook-secret",
+        env = "STRIPE_WEBHOOK_SECRET",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub stripe_webhook_secrets: Vec<String>,
+
+    /// The hour (UTC, 0 to 23) at which `serve` syncs the current and the
+    /// previous period from Stripe each night, filling whatever webhook
+    /// events were missed; `off` for none.
+    #[arg(long, env = "VAULTCAP_NIGHTLY_SYNC_HOUR", default_value = "3", value_parser = parse_hour)]
+    pub nightly_sync_hour: NightlySync,
 
     /// Seconds to wait for Stripe before a call's outcome counts as unknown.
     #[arg(long, env = "VAULTCAP_UPSTREAM_TIMEOUT_SECS", default_value_t = 30)]

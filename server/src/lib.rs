@@ -15,3 +15,4 @@ pub mod jobs;
 pub mod metrics;
 pub mod proxy;
 pub mod reconcile;
+pub mod stripe_events;

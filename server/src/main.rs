@@ -31,7 +31,7 @@ enum Command {
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
     /// Sync a billing period's charges from Stripe and detect orphaned,
-    /// duplicate and missing charges against the billing records.
+    /// duplicate, missing and unmetered charges against the billing records.
     Reconcile(cli::reconcile::ReconcileArgs),
     /// Fill the database with realistic demo data.
     Demo(cli::demo::DemoArgs),
@@ -73,5 +73,32 @@ async fn main() -> std::process::ExitCode {
             eprintln!("error: {err:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_reads_every_flag_it_declares() {
+        let cli = Cli::try_parse_from([
+            "vaultcap",
+            "serve",
+            "--nightly-sync-hour",
+            "off",
+            "--stripe-webhook-secret",
+            "whsec_old,whsec_new",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("serve parses as serve");
+        };
+        assert_eq!(args.stripe.nightly_sync_hour.0, None);
+        assert_eq!(
+            args.stripe.stripe_webhook_secrets,
+            ["whsec_old", "whsec_new"]
+        );
+        assert!(Cli::try_parse_from(["vaultcap", "serve", "--nightly-sync-hour", "24"]).is_err());
     }
 }

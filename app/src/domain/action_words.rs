@@ -69,6 +69,11 @@ const ACTIONS: &[(&str, &str, Subject)] = &[
         "Resolved findings in bulk for billing period",
         Subject::Shown,
     ),
+    (
+        "finding.attribute",
+        "Attributed to a vault key: finding",
+        Subject::Shown,
+    ),
     ("finding.dismiss", "Dismissed finding", Subject::Shown),
     (
         "finding.refund",
@@ -103,6 +108,11 @@ const ACTIONS: &[(&str, &str, Subject)] = &[
         "Asked for a key beyond policy: key request",
         Subject::Shown,
     ),
+    (
+        "reservation.release",
+        "Released reservation",
+        Subject::Shown,
+    ),
     ("reservation.settle", "Settled reservation", Subject::Shown),
     (
         "reset_password",
@@ -127,6 +137,16 @@ const ACTIONS: &[(&str, &str, Subject)] = &[
         Subject::Shown,
     ),
     ("sign_in", "Signed in", Subject::Hidden),
+    (
+        "stripe_event.receive",
+        "Received from Stripe: event",
+        Subject::Shown,
+    ),
+    (
+        "stripe_event.refuse",
+        "Refused a webhook call claiming to be Stripe's",
+        Subject::Hidden,
+    ),
     ("sign_in_failed", "Failed to sign in", Subject::Hidden),
     (
         "vault_key.duplicate_policy",

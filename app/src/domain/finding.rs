@@ -46,7 +46,7 @@ impl FindingFilter {
             None | Some("") | Some("all") => None,
             Some(raw) => Some(FindingKind::parse(raw).ok_or_else(|| {
                 ParseError::new(format!(
-                    "{raw:?} is not a kind of finding: use orphaned, duplicate or missing"
+                    "{raw:?} is not a kind of finding: use orphaned, duplicate, missing or unmetered"
                 ))
             })?),
         };
@@ -102,10 +102,18 @@ pub enum FindingKind {
     Duplicate,
     /// A billing record whose charge Stripe does not have.
     Missing,
+    /// A charge in Stripe that no vault key's call made: the real key was
+    /// used directly.
+    Unmetered,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 3] = [Self::Orphaned, Self::Duplicate, Self::Missing];
+    pub const ALL: [FindingKind; 4] = [
+        Self::Orphaned,
+        Self::Duplicate,
+        Self::Missing,
+        Self::Unmetered,
+    ];
 
     pub fn parse(raw: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.as_str() == raw)
@@ -116,6 +124,7 @@ impl FindingKind {
             Self::Orphaned => "orphaned",
             Self::Duplicate => "duplicate",
             Self::Missing => "missing",
+            Self::Unmetered => "unmetered",
         }
     }
 
@@ -124,6 +133,7 @@ impl FindingKind {
             Self::Orphaned => "Orphaned charges",
             Self::Duplicate => "Duplicate charges",
             Self::Missing => "Missing charges",
+            Self::Unmetered => "Unmetered charges",
         }
     }
 
@@ -133,6 +143,7 @@ impl FindingKind {
             Self::Orphaned => "Orphaned charge",
             Self::Duplicate => "Duplicate charges",
             Self::Missing => "Missing charge",
+            Self::Unmetered => "Unmetered charge",
         }
     }
 
@@ -142,6 +153,9 @@ impl FindingKind {
             Self::Orphaned => "adopt it (write the missing billing record) or dismiss it",
             Self::Duplicate => "refund all but the keeper, or dismiss it as legitimate",
             Self::Missing => "investigate the billing record, then dismiss it with what you found",
+            Self::Unmetered => {
+                "find who used the real Stripe key, then attribute the charge to its vault key or dismiss it"
+            }
         }
     }
 }
@@ -166,6 +180,8 @@ pub struct Finding {
     pub resolved_at: Option<DateTime<Utc>>,
     pub resolved_by: Option<String>,
     pub resolution_note: Option<String>,
+    /// The vault key an unmetered charge was attributed to (its label).
+    pub attributed_to: Option<String>,
 }
 
 impl Finding {
@@ -337,6 +353,18 @@ pub struct FindingEvidence {
     /// What people did about it, oldest first.
     pub history: Vec<super::ActionEntry>,
     pub last_synced_at: Option<DateTime<Utc>>,
+    /// The vault keys an unmetered charge may be attributed to: those of
+    /// its period and currency (none for other kinds).
+    pub keys: Vec<KeyChoice>,
+}
+
+/// A vault key as a chooser lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct KeyChoice {
+    pub id: super::VaultKeyId,
+    pub label: String,
+    pub secret_prefix: String,
 }
 
 /// The most findings one bulk action resolves: a larger set is previewed

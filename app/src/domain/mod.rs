@@ -48,7 +48,7 @@ pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
 pub use finding::{
     at_risk_by_currency, counted, money_text, BulkAction, BulkPreview, EvidenceCall,
     EvidenceCharge, EvidenceRecord, Finding, FindingEvidence, FindingFilter, FindingKind,
-    FindingTotal, ReconciliationView, SyncState, SyncSummary, MAX_BULK,
+    FindingTotal, KeyChoice, ReconciliationView, SyncState, SyncSummary, MAX_BULK,
 };
 pub use ids::{
     AlertId, ApiTokenId, AuditId, CapIncreaseId, FindingId, KeyRequestId, OperatorId, VaultKeyId,

@@ -64,7 +64,7 @@ fn Evidence(evidence: FindingEvidence, can_act: bool) -> impl IntoView {
                 view! { <div class="resolution"><Resolution finding=finding.clone()/></div> }.into_any()
             }}
             {(finding.is_open() && can_act).then(|| view! {
-                <FindingActions finding=finding.clone() back=format!("/reconciliation/{id}")/>
+                <FindingActions finding=finding.clone() back=format!("/reconciliation/{id}") keys=evidence.keys.clone()/>
             })}
         </section>
         <section class="panel" aria-labelledby="charges-heading">

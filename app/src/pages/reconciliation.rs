@@ -4,7 +4,9 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::{utc, Amount, ErrorPanel, ReplicaLagNotice, RequireRole},
-    domain::{BulkAction, Finding, FindingKind, Me, ReconciliationView, Role, SyncState},
+    domain::{
+        BulkAction, Finding, FindingKind, KeyChoice, Me, ReconciliationView, Role, SyncState,
+    },
     server_fns::get_reconciliation,
 };
 
@@ -334,16 +336,20 @@ fn FindingRow(finding: Finding, can_act: bool) -> impl IntoView {
 }
 
 /// The resolutions an open finding allows, as plain form posts; each comes
-/// back to `back` (this page, or the finding's own).
+/// back to `back` (this page, or the finding's own). An unmetered charge is
+/// attributed to one of `keys` on the finding's own page (the list links
+/// there).
 #[component]
 pub(crate) fn FindingActions(
     finding: Finding,
     #[prop(optional)] back: Option<String>,
+    #[prop(optional)] keys: Option<Vec<KeyChoice>>,
 ) -> impl IntoView {
     let id = finding.id;
     let back = back.unwrap_or_default();
     let orphaned = finding.kind == FindingKind::Orphaned;
     let duplicate = finding.kind == FindingKind::Duplicate;
+    let unmetered = finding.kind == FindingKind::Unmetered;
     let refund_label = format!(
         "Yes, refund {} {} to {}",
         finding.at_risk.format(&finding.currency),
@@ -373,6 +379,40 @@ pub(crate) fn FindingActions(
                         aria-label=format!("Refund finding {id}")>"Refund duplicates"</button>
                 </form>
             })}
+            {unmetered.then(|| match keys {
+                None => view! {
+                    <a class="button button-primary" href=format!("/reconciliation/{id}")
+                        aria-label=format!("Attribute finding {id} to a vault key")>"Attribute…"</a>
+                }.into_any(),
+                Some(keys) if keys.is_empty() => view! {
+                    <p class="hint">{format!(
+                        "No {} vault key of {} to attribute it to: dismiss it with what you found.",
+                        finding.currency, finding.billing_period
+                    )}</p>
+                }.into_any(),
+                Some(keys) => view! {
+                    <form class="attribute-form" method="post" action=format!("/reconciliation/{id}/attribute")>
+                        <input type="hidden" name="period" value=period.clone()/>
+                        <input type="hidden" name="return_to" value=back.clone()/>
+                        <div class="field">
+                            <label for=format!("attribute-key-{id}")>"Vault key it belongs to"</label>
+                            <select id=format!("attribute-key-{id}") name="vault_key_id" required>
+                                <option value="">"Choose a key"</option>
+                                {keys.into_iter().map(|key| view! {
+                                    <option value=key.id.to_string()>{format!("{} ({}…)", key.label, key.secret_prefix)}</option>
+                                }).collect_view()}
+                            </select>
+                        </div>
+                        <div class="field">
+                            <label for=format!("attribute-reason-{id}")>"Reason"</label>
+                            <input id=format!("attribute-reason-{id}") name="reason" type="text" maxlength="2000" required
+                                placeholder="Who made it with the real key, and why"/>
+                        </div>
+                        <button type="submit" class="button button-primary"
+                            aria-label=format!("Attribute finding {id}")>"Attribute"</button>
+                    </form>
+                }.into_any(),
+            })}
             <form class="row-form" method="post" action=format!("/reconciliation/{id}/dismiss")>
                 <input type="hidden" name="period" value=period/>
                 <input type="hidden" name="return_to" value=back.clone()/>
@@ -400,6 +440,7 @@ pub(crate) fn Resolution(finding: Finding) -> impl IntoView {
     view! {
         <span class=class>{resolution}</span>
         <div class="hint">{by}</div>
+        {finding.attributed_to.clone().map(|key| view! { <div class="hint">{format!("To {key}")}</div> })}
         {finding.resolution_note.clone().map(|note| view! { <div class="hint">{format!("Reason: {note}")}</div> })}
     }
     .into_any()

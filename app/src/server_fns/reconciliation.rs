@@ -80,6 +80,7 @@ pub async fn get_finding(
         last_synced_at: stripe_charges::last(pool, finding.billing_period)
             .await?
             .and_then(|sync| sync.finished_at),
+        keys: findings::attributable_keys(pool, &finding).await?,
         finding,
     })
 }

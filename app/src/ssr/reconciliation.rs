@@ -10,7 +10,7 @@ use super::data::{
     findings,
 };
 use crate::{
-    domain::{Finding, FindingId, FindingKind, OperatorId},
+    domain::{Finding, FindingId, FindingKind, OperatorId, VaultKeyId},
     error::AppError,
 };
 
@@ -60,6 +60,52 @@ pub async fn adopt(pool: &PgPool, actor: Actor, id: FindingId) -> Result<Finding
     Ok(finding)
 }
 
+/// Attributes an unmetered charge to the vault key it belongs to (of the
+/// finding's period and currency), with the reason: someone made it with
+/// the real Stripe key for that key's run.
+pub async fn attribute(
+    pool: &PgPool,
+    actor: Actor,
+    id: FindingId,
+    key: VaultKeyId,
+    reason: &str,
+) -> Result<Finding, AppError> {
+    let operator = operator_of(actor)?;
+    let reason = reason_given(reason, "attributed")?;
+    let mut tx = pool.begin().await?;
+    let finding = open_finding(&mut tx, id).await?;
+    if finding.kind != FindingKind::Unmetered {
+        return Err(AppError::Invalid(format!(
+            "finding #{id} is a {} finding: only unmetered charges are attributed to a key",
+            finding.kind.as_str()
+        )));
+    }
+    let keys = findings::attributable_keys(&mut *tx, &finding).await?;
+    let Some(chosen) = keys.into_iter().find(|choice| choice.id == key) else {
+        return Err(AppError::Invalid(format!(
+            "vault key #{key} is not a {} key of {}: choose one of the period's keys in its currency",
+            finding.currency, finding.billing_period
+        )));
+    };
+    findings::attribute(&mut tx, id, key, operator, reason).await?;
+    actions::record(
+        &mut *tx,
+        actor,
+        "finding.attribute",
+        "finding",
+        Some(id.to_string()),
+        json!({ "customer_id": finding.customer_id, "billing_period": finding.billing_period,
+                "charge_ids": finding.charge_ids, "vault_key_id": key, "key_label": chosen.label,
+                "reason": reason }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Finding {
+        attributed_to: Some(chosen.label),
+        ..finding
+    })
+}
+
 /// Dismisses a finding with the reason (a legitimate second charge,
 /// handled elsewhere).
 pub async fn dismiss(
@@ -69,17 +115,7 @@ pub async fn dismiss(
     reason: &str,
 ) -> Result<Finding, AppError> {
     let operator = operator_of(actor)?;
-    let reason = reason.trim();
-    if reason.is_empty() {
-        return Err(AppError::Invalid(
-            "say why the finding is dismissed (auditors read it)".into(),
-        ));
-    }
-    if reason.chars().count() > MAX_REASON_CHARS {
-        return Err(AppError::Invalid(format!(
-            "the reason is longer than {MAX_REASON_CHARS} characters"
-        )));
-    }
+    let reason = reason_given(reason, "dismissed")?;
     let mut tx = pool.begin().await?;
     let finding = open_finding(&mut tx, id).await?;
     findings::resolve(&mut tx, id, "dismissed", operator, Some(reason)).await?;
@@ -95,6 +131,22 @@ pub async fn dismiss(
     .await?;
     tx.commit().await?;
     Ok(finding)
+}
+
+/// The reason, trimmed, if one is given and not too long.
+fn reason_given<'r>(reason: &'r str, done: &str) -> Result<&'r str, AppError> {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(AppError::Invalid(format!(
+            "say why the finding is {done} (auditors read it)"
+        )));
+    }
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return Err(AppError::Invalid(format!(
+            "the reason is longer than {MAX_REASON_CHARS} characters"
+        )));
+    }
+    Ok(reason)
 }
 
 fn operator_of(actor: Actor) -> Result<OperatorId, AppError> {

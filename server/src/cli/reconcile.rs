@@ -1,10 +1,10 @@
 //! `vaultcap reconcile --period 2026-07`: sync the period's charges from
-//! Stripe, then detect orphaned, duplicate and missing charges, printing
+//! Stripe, then detect orphaned, duplicate, missing and unmetered charges, printing
 //! the progress and what was found.
 
 use clap::Args;
 
-use app::{domain::BillingPeriod, ssr::data::actions};
+use app::{domain::BillingPeriod, ssr::data::actions::Actor};
 
 use crate::{
     config::{DatabaseArgs, StripeArgs},
@@ -51,31 +51,20 @@ pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
     let db = Database::open(&args.database).await?;
     let result = async {
         println!("Syncing {period} from {}", args.stripe.stripe_api_base);
-        let synced = sync::sync_period(&db.pool, &client, period, &options, |progress| {
+        let progress = |progress: &app::ssr::data::stripe_charges::SyncRow| {
             println!(
                 "  page {}: {} payment intents, {} charges seen",
                 progress.pages, progress.intents_seen, progress.charges_seen
             );
-        })
-        .await?;
-        let reconcile::Detected { findings: found, unknown } = reconcile::detect(&db.pool, period).await?;
-        actions::record(
-            &db.pool,
-            actions::Actor::Cli,
-            "reconcile",
-            "billing_period",
-            Some(period.to_string()),
-            serde_json::json!({ "sync_id": synced.id, "pages": synced.pages,
-                "charges_seen": synced.charges_seen, "intents_seen": synced.intents_seen,
-                "orphaned": found.orphaned,
-                "duplicate": found.duplicate, "missing": found.missing, "cleared": found.cleared,
-                "unknown_settled": unknown.settled, "unknown_left": unknown.still_unknown }),
-        )
-        .await?;
+        };
+        let (synced, detected) =
+            reconcile::sync_and_detect(&db.pool, &client, period, &options, Actor::Cli, progress).await?;
+        let reconcile::Detected { findings: found, unknown } = detected;
         println!(
             "Synced {} charges and {} payment intents in {} pages. Findings: {} orphaned, {} duplicate, \
-             {} missing; {} cleared. Calls of unknown outcome: {} settled by Stripe's charge, {} still unknown.",
-            synced.charges_seen, synced.intents_seen, synced.pages, found.orphaned, found.duplicate, found.missing, found.cleared,
+             {} missing, {} unmetered; {} cleared. Calls of unknown outcome: {} settled by Stripe's charge, {} still unknown.",
+            synced.charges_seen, synced.intents_seen, synced.pages, found.orphaned, found.duplicate, found.missing,
+            found.unmetered, found.cleared,
             unknown.settled, unknown.still_unknown
         );
         anyhow::Ok(())

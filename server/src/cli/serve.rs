@@ -21,6 +21,8 @@ use crate::{
     fleet, http,
     jobs::{self, notifier::Notifier, unknown_outcomes},
     proxy::upstream::{StripeSecret, Upstream},
+    reconcile,
+    stripe_events::{self, WebhookSecrets},
 };
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -97,7 +99,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         &args.stripe.stripe_api_base,
         args.stripe.stripe_secret_key.clone().map(StripeSecret::new),
         timeout,
-    )?;
+    )?
+    .with_webhook_secrets(WebhookSecrets::new(
+        args.stripe.stripe_webhook_secrets.clone(),
+    ));
     // Calls of unknown outcome: Stripe is asked about them each minute.
     let asking = tokio::spawn({
         let (pool, upstream) = (db.pool.clone(), upstream.clone());
@@ -117,6 +122,39 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if !upstream.is_configured() {
         tracing::warn!("STRIPE_SECRET_KEY is not set: the proxy refuses every call until it is");
     }
+    // Each night, the syncs that fill what Stripe's events missed.
+    let nightly = tokio::spawn({
+        let (pool, client) = (
+            db.pool.clone(),
+            upstream.stripe_client(&reconcile::sync::SyncOptions::default()),
+        );
+        let hour = args.stripe.nightly_sync_hour.0;
+        async move {
+            let (Some(client), Some(hour)) = (client, hour) else {
+                return;
+            };
+            loop {
+                let at = reconcile::next_at_hour(chrono::Utc::now(), hour);
+                tokio::time::sleep((at - chrono::Utc::now()).to_std().unwrap_or_default()).await;
+                if let Some(synced) =
+                    fleet_round(&pool, "nightly_sync", reconcile::nightly(&pool, &client)).await
+                {
+                    tracing::info!(?synced, "nightly sync from Stripe");
+                }
+            }
+        }
+    });
+    // What Stripe's events changed, detected every few seconds.
+    let live = tokio::spawn({
+        let pool = db.pool.clone();
+        async move {
+            let mut every = tokio::time::interval(stripe_events::live::EVERY);
+            loop {
+                every.tick().await;
+                fleet_round(&pool, "stripe_live", stripe_events::live::pass(&pool)).await;
+            }
+        }
+    });
 
     let state = AppState {
         leptos_options: LeptosOptions::builder()
@@ -199,7 +237,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     minutely.abort();
     asking.abort();
     hourly.abort();
-    let _ = tokio::join!(notifier, minutely, asking, hourly);
+    live.abort();
+    nightly.abort();
+    let _ = tokio::join!(notifier, minutely, asking, hourly, live, nightly);
     db.close().await?;
     served
 }

@@ -107,6 +107,8 @@ pub fn router_tracking(
     // Half the ledger's connections write reservations, half settlements
     // (at least one each); key lookups take a free one between batches.
     let writers = (ledger_pool.options().get_max_connections() as usize / 2).max(1);
+    let stripe_events =
+        crate::stripe_events::router(state.pool.clone(), upstream.webhook_secrets().clone());
     let proxy = crate::proxy::router(ProxyState {
         ledger: Ledger::start(ledger_pool.clone(), RESERVE_QUEUE, writers),
         pool: ledger_pool,
@@ -123,6 +125,7 @@ pub fn router_tracking(
                 .layer(axum::Extension(heavy))
                 .layer(DefaultBodyLimit::max(MAX_FORM_BODY)),
         )
+        .merge(stripe_events)
         .nest_service("/pkg", ServeDir::new(pkg_dir))
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -210,6 +213,12 @@ pub fn console_routes(state: AppState) -> ConsoleRoutes {
             cap_increases::decide_key,
         )
         .route(POST, "/reconciliation/sync", Operator, reconciliation::sync)
+        .route(
+            POST,
+            "/reconciliation/{id}/attribute",
+            Operator,
+            reconciliation::attribute,
+        )
         .route(POST, "/reconciliation/bulk", Operator, reconciliation::bulk)
         .route(
             POST,

@@ -62,6 +62,9 @@ pub struct FindingForm {
     /// finding's own page).
     #[serde(default)]
     return_to: String,
+    /// To attribute an unmetered charge: the vault key's id.
+    #[serde(default)]
+    vault_key_id: String,
 }
 
 impl FindingForm {
@@ -136,6 +139,43 @@ pub async fn dismiss(
             ))
         })
         .map_err(Into::into);
+    PAGE.back_to(&form.back(), &session, outcome).await
+}
+
+pub async fn attribute(
+    State(state): State<AppState>,
+    Operator { actor, .. }: Operator,
+    session: Session,
+    Path(id): Path<FindingId>,
+    form: Result<Form<FindingForm>, FormRejection>,
+) -> Response {
+    let form = match read_form(&session, form).await {
+        Ok(form) => form,
+        Err(refused) => return refused,
+    };
+    let outcome = match form.vault_key_id.trim().parse::<i64>() {
+        Err(_) => Err(AppError::Invalid(
+            "choose the vault key the charge belongs to".into(),
+        )),
+        Ok(key) => {
+            reconciliation::attribute(
+                &state.pool,
+                actor,
+                id,
+                app::domain::VaultKeyId(key),
+                &form.reason,
+            )
+            .await
+        }
+    }
+    .map(|finding| {
+        Notice::success(format!(
+            "Attributed finding #{id} ({}) to {}.",
+            finding.charge_ids.join(", "),
+            finding.attributed_to.unwrap_or_default()
+        ))
+    })
+    .map_err(Into::into);
     PAGE.back_to(&form.back(), &session, outcome).await
 }
 

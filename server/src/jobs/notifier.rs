@@ -1,6 +1,7 @@
 //! Delivers alert and cap increase notifications to the configured webhooks.
 //!
-//! Alerts and cap increase requests (made, decided) are queued in `alert_notifications` in the same transaction that
+//! Alerts, cap increase requests (made, decided) and charges made around
+//! the proxy (unmetered findings) are queued in `alert_notifications` in the same transaction that
 //! raises them (the outbox); this job plans one delivery per webhook of the
 //! fleet (`--alert-webhook` in `fleet_settings`, read on every pass, so every
 //! instance delivers to the same list) and
@@ -18,10 +19,10 @@ use serde_json::json;
 use sqlx::{postgres::PgListener, PgPool};
 
 use app::{
-    domain::{AlertId, CapIncrease, CapIncreaseId},
+    domain::{AlertId, CapIncrease, CapIncreaseId, Finding, FindingId},
     ssr::data::{
         alerts::{self, Alert},
-        cap_increases,
+        cap_increases, findings,
     },
 };
 
@@ -57,6 +58,7 @@ struct Due {
     event: String,
     alert_id: Option<AlertId>,
     cap_increase_request_id: Option<CapIncreaseId>,
+    finding_id: Option<FindingId>,
 }
 
 impl Notifier {
@@ -131,7 +133,7 @@ impl Notifier {
         let mut tx = self.pool.begin().await?;
         // Locked for the attempt, so two servers never post the same one.
         let due: Vec<Due> = sqlx::query_as(
-            "SELECT d.id, d.url, d.attempts, n.event, n.alert_id, n.cap_increase_request_id
+            "SELECT d.id, d.url, d.attempts, n.event, n.alert_id, n.cap_increase_request_id, n.finding_id
              FROM alert_deliveries d JOIN alert_notifications n ON n.id = d.notification_id
              WHERE d.state = 'pending' AND d.next_attempt_at <= now()
              ORDER BY d.next_attempt_at LIMIT $1
@@ -142,14 +144,21 @@ impl Notifier {
         .await?;
         let mut bodies = Vec::with_capacity(due.len());
         for delivery in &due {
-            let body = match (delivery.alert_id, delivery.cap_increase_request_id) {
-                (Some(id), _) => alerts::find(&mut *tx, id)
+            // Exactly one subject is set (alert_notifications_one_subject).
+            let body = if let Some(id) = delivery.alert_id {
+                alerts::find(&mut *tx, id)
                     .await?
-                    .map(|alert| notification(&alert)),
-                (None, Some(id)) => cap_increases::find(&mut *tx, id)
+                    .map(|alert| notification(&alert))
+            } else if let Some(id) = delivery.cap_increase_request_id {
+                cap_increases::find(&mut *tx, id)
                     .await?
-                    .map(|request| cap_increase_notification(&delivery.event, &request)),
-                (None, None) => None,
+                    .map(|request| cap_increase_notification(&delivery.event, &request))
+            } else if let Some(id) = delivery.finding_id {
+                findings::find(&mut *tx, id)
+                    .await?
+                    .map(|finding| unmetered_notification(&finding))
+            } else {
+                None
             };
             bodies.push(body);
         }
@@ -283,6 +292,36 @@ fn cap_increase_notification(event: &str, request: &CapIncrease) -> serde_json::
             "decided_by": request.decided_by,
             "decision_note": request.decision_note,
             "message": text,
+        },
+    })
+}
+
+/// An unmetered finding's body: charges that no vault key's call made.
+fn unmetered_notification(finding: &Finding) -> serde_json::Value {
+    let amount = format!(
+        "{} {}",
+        finding.at_risk.format(&finding.currency),
+        finding.currency
+    );
+    let text = format!(
+        "Vaultcap: {amount} charged in Stripe without a vault key for {} in {} ({}): \
+         someone used the real Stripe key directly.",
+        finding.customer_id,
+        finding.billing_period,
+        finding.charge_ids.join(", "),
+    );
+    json!({
+        "text": text,
+        "event": "finding.unmetered",
+        "finding": {
+            "id": finding.id,
+            "kind": finding.kind,
+            "billing_period": finding.billing_period,
+            "customer_id": finding.customer_id,
+            "currency": finding.currency,
+            "charge_ids": finding.charge_ids,
+            "amount_cents": finding.at_risk,
+            "message": finding.explanation,
         },
     })
 }

@@ -43,12 +43,16 @@ const FORWARDED_RESPONSE_HEADERS: [&str; 6] = [
     "stripe-should-retry",
 ];
 
+use crate::stripe_events::WebhookSecrets;
+
 #[derive(Clone)]
 pub struct Upstream {
     client: reqwest::Client,
     base: String,
     secret: Option<StripeSecret>,
     timeout: Duration,
+    /// What Stripe signs the events it sends back with.
+    webhook_secrets: WebhookSecrets,
 }
 
 /// What came back from Stripe.
@@ -82,7 +86,20 @@ impl Upstream {
             base: base.trim_end_matches('/').to_owned(),
             secret,
             timeout,
+            webhook_secrets: WebhookSecrets::default(),
         })
+    }
+
+    /// Takes Stripe's webhook events signed with one of `secrets`.
+    pub fn with_webhook_secrets(self, secrets: WebhookSecrets) -> Self {
+        Self {
+            webhook_secrets: secrets,
+            ..self
+        }
+    }
+
+    pub fn webhook_secrets(&self) -> &WebhookSecrets {
+        &self.webhook_secrets
     }
 
     /// How long a process answers for a call it sent: two upstream

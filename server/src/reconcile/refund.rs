@@ -76,7 +76,7 @@ pub async fn refund_duplicate(
             .map_err(|err| stripe_failed(charge, &err))?;
         refreshed.push(sync::synced(&now));
     }
-    stripe_charges::upsert(&mut tx, &refreshed).await?;
+    stripe_charges::upsert(&mut tx, &refreshed, chrono::Utc::now()).await?;
     findings::resolve(&mut tx, id, "refunded", operator, None).await?;
     actions::record(
         &mut *tx,

@@ -166,11 +166,12 @@ pub fn synced(charge: &stripe_core::Charge) -> SyncedCharge {
             .timestamp_opt(charge.created, 0)
             .single()
             .unwrap_or(DateTime::<Utc>::MIN_UTC),
+        idempotency_key: None,
     }
 }
 
 /// The payment intent as `stripe_payment_intents` keeps it.
-fn synced_intent(intent: &stripe_core::PaymentIntent) -> SyncedIntent {
+pub fn synced_intent(intent: &stripe_core::PaymentIntent) -> SyncedIntent {
     SyncedIntent {
         id: intent.id.to_string(),
         status: intent.status.as_str().to_owned(),

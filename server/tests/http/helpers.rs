@@ -129,6 +129,11 @@ impl TestApp {
         )
     }
 
+    /// The application with the Stripe side `upstream` as given.
+    pub fn with(pool: PgPool, upstream: Upstream) -> Self {
+        Self::build(pool, AuthConfig::default(), KeyPolicy::default(), upstream)
+    }
+
     fn build(
         test_pool: PgPool,
         auth: AuthConfig,

@@ -28,6 +28,7 @@ mod proxy;
 mod reconciliation;
 mod schema;
 mod stripe_sync;
+mod stripe_webhooks;
 mod tamper_evidence;
 mod two_factor;
 mod unknown_outcomes;

@@ -11,7 +11,7 @@ use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::{
     BillingPeriod, Cents, Currency, EvidenceCall, EvidenceCharge, EvidenceRecord, Finding,
-    FindingFilter, FindingId, FindingKind, FindingTotal, OperatorId,
+    FindingFilter, FindingId, FindingKind, FindingTotal, KeyChoice, OperatorId, VaultKeyId,
 };
 
 /// A live charge: Stripe took the money and has not given all of it back.
@@ -45,25 +45,68 @@ pub struct Detected {
     pub orphaned: u64,
     pub duplicate: u64,
     pub missing: u64,
+    pub unmetered: u64,
     /// Open findings no longer found, now cleared.
     pub cleared: u64,
 }
 
-/// Detects the period's orphaned, duplicate and missing charges, in the
-/// caller's transaction (so a run is all or nothing). Run it only once a
-/// sync has stored the period's charges: before that, every billing record
-/// would look missing.
+/// Detects the period's orphaned, duplicate, missing and unmetered charges,
+/// in the caller's transaction (so a run is all or nothing), and clears the
+/// open findings no longer found. Run it only once a sync has stored the
+/// period's charges: before that, every billing record would look missing.
 #[tracing::instrument(skip_all)]
 pub async fn detect(
     tx: &mut PgConnection,
     period: BillingPeriod,
     run_at: DateTime<Utc>,
 ) -> Result<Detected, sqlx::Error> {
-    let period = period.to_string();
+    let mut detected = detect_live(tx, period, run_at, run_at).await?;
+    detected.missing = missing(tx, period, run_at).await?;
+    detected.cleared = sqlx::query(
+        "UPDATE reconciliation_findings SET resolution = 'cleared', resolved_at = now()
+         WHERE billing_period = $1 AND resolved_at IS NULL AND last_detected_at < $2",
+    )
+    .bind(period.to_string())
+    .bind(run_at)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    Ok(detected)
+}
 
-    // Orphaned: live charges for a customer and period the ledger has no
-    // row for (the job crashed after Stripe answered, before it wrote).
-    let orphaned = sqlx::query(&format!(
+/// What the charges stored so far show without a full sync (Stripe's
+/// events): duplicates, unmetered charges, and orphans among the charges
+/// made before `orphans_before` (the billing job writes its record after
+/// Stripe answers). Finds and refreshes; clears nothing and finds nothing
+/// missing, which only a sync that saw every charge can tell.
+#[tracing::instrument(skip_all)]
+pub async fn detect_live(
+    tx: &mut PgConnection,
+    period: BillingPeriod,
+    run_at: DateTime<Utc>,
+    orphans_before: DateTime<Utc>,
+) -> Result<Detected, sqlx::Error> {
+    let orphaned = orphaned(tx, period, run_at, orphans_before).await?;
+    let duplicate = duplicate(tx, period, run_at).await?;
+    let unmetered = unmetered(tx, period, run_at).await?;
+    Ok(Detected {
+        orphaned,
+        duplicate,
+        unmetered,
+        ..Detected::default()
+    })
+}
+
+/// Orphaned: live charges for a customer and period the ledger has no row
+/// for (the job crashed after Stripe answered, before it wrote).
+async fn orphaned(
+    tx: &mut PgConnection,
+    period: BillingPeriod,
+    run_at: DateTime<Utc>,
+    made_before: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let period = period.to_string();
+    sqlx::query(&format!(
         "{INSERT}
          SELECT 'orphaned', $1, c.customer_id, c.currency, array_agg(c.id ORDER BY c.created_at, c.id), NULL,
                 sum(c.amount_cents - c.amount_refunded_cents),
@@ -71,7 +114,7 @@ pub async fn detect(
                        count(*), c.customer_id, $1),
                 $2
          FROM stripe_charges c
-         WHERE c.billing_period = $1 AND c.customer_id IS NOT NULL AND {LIVE}
+         WHERE c.billing_period = $1 AND c.customer_id IS NOT NULL AND {LIVE} AND c.created_at < $3
            AND NOT EXISTS (SELECT 1 FROM billing_records b
                            WHERE b.customer_id = c.customer_id AND b.billing_period = $1)
          GROUP BY c.customer_id, c.currency
@@ -79,13 +122,21 @@ pub async fn detect(
     ))
     .bind(&period)
     .bind(run_at)
+    .bind(made_before)
     .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    .await
+    .map(|done| done.rows_affected())
+}
 
-    // Duplicate: two or more live charges for one customer and period. The
-    // keeper is the charge the ledger names, else the earliest.
-    let duplicate = sqlx::query(&format!(
+/// Duplicate: two or more live charges for one customer and period. The
+/// keeper is the charge the ledger names, else the earliest.
+async fn duplicate(
+    tx: &mut PgConnection,
+    period: BillingPeriod,
+    run_at: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let period = period.to_string();
+    sqlx::query(&format!(
         "WITH live AS (
              SELECT c.customer_id, c.currency,
                     array_agg(c.id ORDER BY c.created_at, c.id) AS ids,
@@ -114,12 +165,18 @@ pub async fn detect(
     .bind(&period)
     .bind(run_at)
     .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    .await
+    .map(|done| done.rows_affected())
+}
 
-    // Missing: the ledger says charged, with a charge id Stripe does not
-    // have.
-    let missing = sqlx::query(&format!(
+/// Missing: the ledger says charged, with a charge id Stripe does not have.
+async fn missing(
+    tx: &mut PgConnection,
+    period: BillingPeriod,
+    run_at: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let period = period.to_string();
+    sqlx::query(&format!(
         "{INSERT}
          SELECT 'missing', $1, b.customer_id, b.currency, ARRAY[b.charge_id], NULL, b.amount_cents,
                 format('The billing record of %s in %s says charged with %s, which Stripe does not have',
@@ -133,32 +190,62 @@ pub async fn detect(
     .bind(&period)
     .bind(run_at)
     .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    .await
+    .map(|done| done.rows_affected())
+}
 
-    let cleared = sqlx::query(
-        "UPDATE reconciliation_findings SET resolution = 'cleared', resolved_at = now()
-         WHERE billing_period = $1 AND resolved_at IS NULL AND last_detected_at < $2",
-    )
-    .bind(&period)
+/// Unmetered: succeeded charges in the period (by the billing job's
+/// metadata, else the month Stripe made them in), made since Vaultcap
+/// issued its first vault key, that no vault key's call made: no
+/// reservation names the charge or its payment intent, and no call still in
+/// flight or of unknown outcome could turn out to be it. Someone used the
+/// real Stripe key directly. Grouped by customer (the job's id, else
+/// Stripe's) and currency.
+async fn unmetered(
+    tx: &mut PgConnection,
+    period: BillingPeriod,
+    run_at: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    sqlx::query(&format!(
+        "{INSERT}
+         SELECT 'unmetered', $1, u.customer, u.currency, array_agg(u.id ORDER BY u.created_at, u.id), NULL,
+                sum(u.amount_cents - u.amount_refunded_cents),
+                format('%s charge(s) in Stripe for %s in %s that no vault key''s call made (%s): '
+                       'the real Stripe key was used directly',
+                       count(*), u.customer, $1, string_agg(u.id, ', ' ORDER BY u.created_at, u.id)),
+                $2
+         FROM (SELECT c.*, COALESCE(c.customer_id, c.stripe_customer, 'no customer') AS customer
+               FROM stripe_charges c
+               WHERE (c.billing_period = $1
+                      OR (c.billing_period IS NULL AND c.created_at >= $3 AND c.created_at < $4))
+                 AND c.status = 'succeeded'
+                 -- (Stripe's times are whole seconds, and clocks differ.)
+                 AND c.created_at >= (SELECT min(k.created_at) - interval '1 minute' FROM vault_keys k)
+                 AND NOT EXISTS (SELECT 1 FROM reservations r WHERE r.stripe_charge_id = c.id)
+                 AND NOT EXISTS (SELECT 1 FROM reservations r
+                                 WHERE c.payment_intent IS NOT NULL AND r.stripe_charge_id = c.payment_intent)
+                 AND NOT EXISTS (SELECT 1 FROM reservations r
+                                 WHERE r.state IN ('pending', 'outcome_unknown') AND r.stripe_charge_id IS NULL
+                                   AND r.amount_cents = c.amount_cents AND lower(r.currency) = c.currency
+                                   AND r.metadata_customer_id IS NOT DISTINCT FROM c.customer_id)) u
+         GROUP BY u.customer, u.currency
+         {REFRESH}"
+    ))
+    .bind(period.to_string())
     .bind(run_at)
+    .bind(period.starts_at())
+    .bind(period.ends_at())
     .execute(&mut *tx)
-    .await?
-    .rows_affected();
-
-    Ok(Detected {
-        orphaned,
-        duplicate,
-        missing,
-        cleared,
-    })
+    .await
+    .map(|done| done.rows_affected())
 }
 
 const SELECT: &str = "SELECT f.id, f.kind, f.billing_period, f.customer_id, f.currency, f.charge_ids,
         f.keeper_charge_id, f.amount_at_risk_cents, f.explanation, f.detected_at, f.resolution,
         f.resolved_at, COALESCE(o.email, CASE WHEN f.resolution = 'cleared' THEN 'detection' END) AS resolved_by,
-        f.resolution_note
-     FROM reconciliation_findings f LEFT JOIN operators o ON o.id = f.resolved_by";
+        f.resolution_note, k.label AS attributed_to
+     FROM reconciliation_findings f LEFT JOIN operators o ON o.id = f.resolved_by
+          LEFT JOIN vault_keys k ON k.id = f.attributed_key_id";
 
 /// The findings a filter selects, the largest risk first (open ones before
 /// resolved ones).
@@ -410,6 +497,51 @@ pub async fn evidence_calls(
     .bind(&finding.customer_id)
     .bind(finding.billing_period)
     .bind(&finding.charge_ids)
+    .fetch_all(db)
+    .await
+}
+
+/// Attributes an open unmetered finding to the vault key `key`, with the
+/// reason; false if it is no longer open.
+#[tracing::instrument(skip_all)]
+pub async fn attribute(
+    tx: &mut PgConnection,
+    id: FindingId,
+    key: VaultKeyId,
+    by: OperatorId,
+    reason: &str,
+) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE reconciliation_findings SET resolution = 'attributed', attributed_key_id = $2,
+                resolved_at = now(), resolved_by = $3, resolution_note = $4
+         WHERE id = $1 AND resolved_at IS NULL AND kind = 'unmetered'",
+    )
+    .bind(id)
+    .bind(key)
+    .bind(by)
+    .bind(reason)
+    .execute(tx)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// The vault keys an unmetered finding may be attributed to: its period's
+/// and currency's, newest first (none for the other kinds).
+#[tracing::instrument(skip_all)]
+pub async fn attributable_keys(
+    db: impl PgExecutor<'_>,
+    finding: &Finding,
+) -> Result<Vec<KeyChoice>, sqlx::Error> {
+    if finding.kind != FindingKind::Unmetered {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "SELECT id, label, secret_prefix FROM vault_keys
+         WHERE billing_period = $1 AND currency = $2 ORDER BY id DESC LIMIT 200",
+    )
+    .bind(finding.billing_period)
+    .bind(&finding.currency)
     .fetch_all(db)
     .await
 }

@@ -283,26 +283,26 @@ pub struct UnknownOutcomes {
     pub still_unknown: u64,
 }
 
-/// Settles the period's unknown outcomes that the synced charges explain,
+/// Settles the period's unknown outcomes that the stored charges explain,
 /// one call at a time (so one charge settles at most one call): a succeeded
 /// charge for the call's customer, period and amount, created from a minute
 /// before the call to an hour after it. Calls no charge explains stay
-/// reserved. Only calls made at least ten minutes before `synced_from` (when
-/// the sync started) are looked at, so Stripe has had time to show the
-/// charge.
+/// reserved. Only calls made before `made_before` are looked at (after a
+/// sync, ten minutes before it started, so Stripe has had time to show the
+/// charge).
 #[tracing::instrument(skip_all)]
 pub async fn settle_unknown(
     tx: &mut sqlx::PgConnection,
     period: BillingPeriod,
-    synced_from: chrono::DateTime<chrono::Utc>,
+    made_before: chrono::DateTime<chrono::Utc>,
 ) -> Result<(UnknownOutcomes, Vec<(i64, String)>), sqlx::Error> {
     let unknown: Vec<i64> = sqlx::query_scalar(
         "SELECT id FROM reservations
-         WHERE state = 'outcome_unknown' AND billing_period = $1 AND created_at < $2 - interval '10 minutes'
+         WHERE state = 'outcome_unknown' AND billing_period = $1 AND created_at < $2
          ORDER BY id",
     )
     .bind(period)
-    .bind(synced_from)
+    .bind(made_before)
     .fetch_all(&mut *tx)
     .await?;
     let mut outcomes = UnknownOutcomes::default();
@@ -335,4 +335,47 @@ pub async fn settle_unknown(
         }
     }
     Ok((outcomes, decided))
+}
+
+/// Decides the call of unknown outcome that the stored charge `charge_id`
+/// (just described by a Stripe event) explains, if one does: the call sent
+/// with the Idempotency-Key that Stripe says made the charge, else the
+/// oldest call for the charge's customer, period and amount made from an
+/// hour before the charge to a minute after it. A succeeded charge settles
+/// it; a failed one releases it, but only when the Idempotency-Key names
+/// the call (a decline for a look-alike is no proof about this call).
+/// Returns the reservation and its new state.
+#[tracing::instrument(skip_all)]
+pub async fn settle_unknown_by_charge(
+    tx: &mut sqlx::PgConnection,
+    charge_id: &str,
+) -> Result<Option<(i64, &'static str)>, sqlx::Error> {
+    let found: Option<(i64, bool, String)> = sqlx::query_as(
+        "SELECT r.id, coalesce(r.idempotency_key = c.idempotency_key, false), c.status
+         FROM stripe_charges c JOIN reservations r
+           ON r.state = 'outcome_unknown' AND r.stripe_charge_id IS NULL
+          AND r.amount_cents = c.amount_cents AND lower(r.currency) = c.currency
+          AND ((c.idempotency_key IS NOT NULL AND r.idempotency_key = c.idempotency_key)
+               OR (r.metadata_customer_id = c.customer_id AND r.billing_period = c.billing_period
+                   AND r.created_at BETWEEN c.created_at - interval '1 hour' AND c.created_at + interval '1 minute'))
+         WHERE c.id = $1 AND c.status IN ('succeeded', 'failed')
+           AND NOT EXISTS (SELECT 1 FROM reservations o WHERE o.stripe_charge_id = c.id)
+         ORDER BY 2 DESC, r.id
+         LIMIT 1",
+    )
+    .bind(charge_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let state = match found {
+        Some((id, _, status)) if status == "succeeded" => (id, "settled"),
+        Some((id, true, _)) => (id, "released"),
+        _ => return Ok(None),
+    };
+    let changed: bool = sqlx::query_scalar("SELECT settle_unknown_spend($1, $2, $3)")
+        .bind(state.0)
+        .bind(state.1)
+        .bind(charge_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    Ok(changed.then_some(state))
 }

@@ -22,6 +22,9 @@ pub struct SyncedCharge {
     pub customer_id: Option<String>,
     pub metadata_period: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// The Idempotency-Key of the request that made it, when a webhook
+    /// event names it (a listing does not).
+    pub idempotency_key: Option<String>,
 }
 
 /// A payment intent as Stripe listed it: what attributes the charge it
@@ -95,28 +98,38 @@ pub async fn start_or_resume(
     Ok((sync, false))
 }
 
-/// Stores charges as Stripe reported them: new ones inserted, known ones
-/// refreshed. A charge without the billing job's metadata takes its
-/// payment intent's (Stripe keeps it there).
+/// Stores charges as Stripe described them at `described_at` (an event's
+/// time, or a sync's): new ones inserted, known ones refreshed unless what
+/// is stored was described later (events arrive out of order), a refund
+/// never undone. A charge without the billing job's metadata takes its
+/// payment intent's (Stripe keeps it there). Returns how many it changed.
 #[tracing::instrument(skip_all)]
-pub async fn upsert(db: &mut PgConnection, charges: &[SyncedCharge]) -> Result<(), sqlx::Error> {
+pub async fn upsert(
+    db: &mut PgConnection,
+    charges: &[SyncedCharge],
+    described_at: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
     let column = |f: fn(&SyncedCharge) -> Option<String>| charges.iter().map(f).collect::<Vec<_>>();
-    sqlx::query(
-        "INSERT INTO stripe_charges (id, payment_intent, stripe_customer, amount_cents, amount_refunded_cents,
-             currency, status, customer_id, billing_period, created_at, synced_at)
+    let changed = sqlx::query(
+        "INSERT INTO stripe_charges AS s (id, payment_intent, stripe_customer, amount_cents, amount_refunded_cents,
+             currency, status, customer_id, billing_period, created_at, idempotency_key, described_at, synced_at)
          SELECT c.id, c.payment_intent, c.stripe_customer, c.amount, c.refunded, c.currency, c.status,
                 COALESCE(c.customer_id, pi.customer_id), COALESCE(c.billing_period, pi.billing_period),
-                c.created_at, now()
+                c.created_at, c.idempotency_key, $12, now()
          FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[],
-                     $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[])
+                     $6::text[], $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::text[])
               AS c(id, payment_intent, stripe_customer, amount, refunded, currency, status, customer_id,
-                   billing_period, created_at)
+                   billing_period, created_at, idempotency_key)
          LEFT JOIN stripe_payment_intents pi ON pi.id = c.payment_intent
          ON CONFLICT (id) DO UPDATE SET
              payment_intent = EXCLUDED.payment_intent, stripe_customer = EXCLUDED.stripe_customer,
-             amount_cents = EXCLUDED.amount_cents, amount_refunded_cents = EXCLUDED.amount_refunded_cents,
+             amount_cents = EXCLUDED.amount_cents,
+             amount_refunded_cents = GREATEST(s.amount_refunded_cents, EXCLUDED.amount_refunded_cents),
              currency = EXCLUDED.currency, status = EXCLUDED.status, customer_id = EXCLUDED.customer_id,
-             billing_period = EXCLUDED.billing_period, synced_at = now()",
+             billing_period = EXCLUDED.billing_period,
+             idempotency_key = COALESCE(EXCLUDED.idempotency_key, s.idempotency_key),
+             described_at = EXCLUDED.described_at, synced_at = now()
+         WHERE s.described_at <= EXCLUDED.described_at",
     )
     .bind(column(|c| Some(c.id.clone())))
     .bind(column(|c| c.payment_intent.clone()))
@@ -128,9 +141,47 @@ pub async fn upsert(db: &mut PgConnection, charges: &[SyncedCharge]) -> Result<(
     .bind(column(|c| c.customer_id.clone()))
     .bind(column(|c| c.metadata_period.clone()))
     .bind(charges.iter().map(|c| c.created_at).collect::<Vec<_>>())
+    .bind(column(|c| c.idempotency_key.clone()))
+    .bind(described_at)
     .execute(db)
     .await?;
-    Ok(())
+    Ok(changed.rows_affected())
+}
+
+/// Stores payment intents as Stripe described them at `described_at`, as
+/// [`upsert`] does charges. Returns how many it changed.
+#[tracing::instrument(skip_all)]
+pub async fn upsert_intents(
+    db: &mut PgConnection,
+    intents: &[SyncedIntent],
+    described_at: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let column = |f: fn(&SyncedIntent) -> Option<String>| intents.iter().map(f).collect::<Vec<_>>();
+    let changed = sqlx::query(
+        "INSERT INTO stripe_payment_intents AS s (id, status, amount_cents, currency, stripe_customer, latest_charge,
+             customer_id, billing_period, created_at, described_at, synced_at)
+         SELECT *, $10, now() FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                                          $7::text[], $8::text[], $9::timestamptz[])
+         ON CONFLICT (id) DO UPDATE SET
+             status = EXCLUDED.status, amount_cents = EXCLUDED.amount_cents, currency = EXCLUDED.currency,
+             stripe_customer = EXCLUDED.stripe_customer, latest_charge = EXCLUDED.latest_charge,
+             customer_id = EXCLUDED.customer_id, billing_period = EXCLUDED.billing_period,
+             described_at = EXCLUDED.described_at, synced_at = now()
+         WHERE s.described_at <= EXCLUDED.described_at",
+    )
+    .bind(column(|i| Some(i.id.clone())))
+    .bind(column(|i| Some(i.status.clone())))
+    .bind(intents.iter().map(|i| i.amount_cents.0).collect::<Vec<_>>())
+    .bind(column(|i| Some(i.currency.clone())))
+    .bind(column(|i| i.stripe_customer.clone()))
+    .bind(column(|i| i.latest_charge.clone()))
+    .bind(column(|i| i.customer_id.clone()))
+    .bind(column(|i| i.metadata_period.clone()))
+    .bind(intents.iter().map(|i| i.created_at).collect::<Vec<_>>())
+    .bind(described_at)
+    .execute(db)
+    .await?;
+    Ok(changed.rows_affected())
 }
 
 /// Stores one page of charges and moves the sync past it, in one
@@ -142,7 +193,7 @@ pub async fn store_page(
     charges: &[SyncedCharge],
     finished: bool,
 ) -> Result<SyncRow, sqlx::Error> {
-    upsert(tx, charges).await?;
+    upsert(tx, charges, Utc::now()).await?;
     sqlx::query_as(&format!(
         "UPDATE stripe_syncs SET pages = pages + 1, charges_seen = charges_seen + $2,
              cursor = COALESCE($3, cursor), error = NULL,
@@ -166,28 +217,7 @@ pub async fn store_intent_page(
     intents: &[SyncedIntent],
     finished: bool,
 ) -> Result<SyncRow, sqlx::Error> {
-    let column = |f: fn(&SyncedIntent) -> Option<String>| intents.iter().map(f).collect::<Vec<_>>();
-    sqlx::query(
-        "INSERT INTO stripe_payment_intents (id, status, amount_cents, currency, stripe_customer, latest_charge,
-             customer_id, billing_period, created_at, synced_at)
-         SELECT *, now() FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
-                                     $7::text[], $8::text[], $9::timestamptz[])
-         ON CONFLICT (id) DO UPDATE SET
-             status = EXCLUDED.status, amount_cents = EXCLUDED.amount_cents, currency = EXCLUDED.currency,
-             stripe_customer = EXCLUDED.stripe_customer, latest_charge = EXCLUDED.latest_charge,
-             customer_id = EXCLUDED.customer_id, billing_period = EXCLUDED.billing_period, synced_at = now()",
-    )
-    .bind(column(|i| Some(i.id.clone())))
-    .bind(column(|i| Some(i.status.clone())))
-    .bind(intents.iter().map(|i| i.amount_cents.0).collect::<Vec<_>>())
-    .bind(column(|i| Some(i.currency.clone())))
-    .bind(column(|i| i.stripe_customer.clone()))
-    .bind(column(|i| i.latest_charge.clone()))
-    .bind(column(|i| i.customer_id.clone()))
-    .bind(column(|i| i.metadata_period.clone()))
-    .bind(intents.iter().map(|i| i.created_at).collect::<Vec<_>>())
-    .execute(&mut *tx)
-    .await?;
+    upsert_intents(tx, intents, Utc::now()).await?;
     sqlx::query_as(&format!(
         "UPDATE stripe_syncs SET pages = pages + 1, intents_seen = intents_seen + $2,
              intents_cursor = COALESCE($3, intents_cursor), intents_done = $4, error = NULL
