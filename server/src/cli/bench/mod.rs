@@ -7,6 +7,7 @@ mod console;
 mod fleet;
 mod proxy;
 mod reconcile;
+mod webhooks;
 
 use std::{
     collections::HashMap,
@@ -51,6 +52,9 @@ pub enum BenchCommand {
     /// Reconciliation detection over a period with many charges and billing
     /// records (local work, no Stripe paging).
     Reconcile(reconcile::ReconcileBenchArgs),
+    /// Stripe's webhook events ingested over HTTP: events/s and the
+    /// latency per event, then a live detection pass over them.
+    Webhooks(webhooks::WebhooksBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -61,6 +65,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Console(args) => console::run(args).await,
         BenchCommand::Audit(args) => audit::run(args).await,
         BenchCommand::Reconcile(args) => reconcile::run(args).await,
+        BenchCommand::Webhooks(args) => webhooks::run(args).await,
     }
 }
 
