@@ -11,7 +11,7 @@ use crate::{
         ActionLogPage, AlertsPage, ApiTokensPage, ApprovalConfirmPage, ApprovalsPage,
         AuditCallPage, AuditLogPage, BulkResolvePage, CapIncreasePage, FindingPage, InvitePage,
         KeyPage, KeyRequestConfirmPage, LoginPage, NewKeyPage, NotFoundPage, OperatorsPage,
-        OverviewPage, ReconciliationPage, TwoFactorPage, VaultKeysPage,
+        OverviewPage, PeriodClosePage, ReconciliationPage, TwoFactorPage, VaultKeysPage,
     },
 };
 
@@ -69,6 +69,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/reconciliation") view=ReconciliationPage/>
                     <Route path=path!("/reconciliation/bulk") view=BulkResolvePage/>
                     <Route path=path!("/reconciliation/:id") view=FindingPage/>
+                    <Route path=path!("/periods/:id") view=PeriodClosePage/>
                     <Route path=path!("/approvals") view=ApprovalsPage/>
                     <Route path=path!("/approvals/:id/confirm") view=ApprovalConfirmPage/>
                     <Route path=path!("/key-requests/:id/confirm") view=KeyRequestConfirmPage/>

@@ -223,6 +223,71 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.guard_period_close_decision()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    open_findings bigint;
+    undecided_calls bigint;
+BEGIN
+    IF OLD.signed_at IS NOT NULL THEN
+        RAISE EXCEPTION 'billing period % was already signed off', OLD.billing_period
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_signed_once';
+    END IF;
+    IF OLD.withdrawn_at IS NOT NULL THEN
+        RAISE EXCEPTION 'this close of % was withdrawn', OLD.billing_period
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_withdrawn_once';
+    END IF;
+    IF (NEW.billing_period, NEW.prepared_at, NEW.prepared_by, NEW.note)
+       IS DISTINCT FROM (OLD.billing_period, OLD.prepared_at, OLD.prepared_by, OLD.note) THEN
+        RAISE EXCEPTION 'a prepared close is not edited: withdraw it and prepare again'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_prepared_once';
+    END IF;
+    IF NEW.signed_at IS NULL THEN
+        RETURN NEW;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM operators o
+                   WHERE o.id = NEW.signed_by AND o.disabled_at IS NULL
+                     AND o.role IN ('approver', 'admin')) THEN
+        RAISE EXCEPTION 'operator % may not sign off a period', NEW.signed_by
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_signed_by_approver';
+    END IF;
+    SELECT count(*) INTO open_findings FROM reconciliation_findings
+     WHERE billing_period = NEW.billing_period AND resolved_at IS NULL;
+    IF open_findings > 0 THEN
+        RAISE EXCEPTION '% finding(s) of % are open', open_findings, NEW.billing_period
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_findings_resolved';
+    END IF;
+    SELECT count(*) INTO undecided_calls FROM reservations r JOIN vault_keys k ON k.id = r.vault_key_id
+     WHERE k.billing_period = NEW.billing_period AND r.state IN ('pending', 'outcome_unknown');
+    IF undecided_calls > 0 THEN
+        RAISE EXCEPTION '% call(s) of % are in flight or of unknown outcome', undecided_calls, NEW.billing_period
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_calls_decided';
+    END IF;
+    RETURN NEW;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.guard_period_close_prepare()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM operators o
+                   WHERE o.id = NEW.prepared_by AND o.disabled_at IS NULL
+                     AND o.role IN ('operator', 'approver', 'admin')) THEN
+        RAISE EXCEPTION 'operator % may not prepare a period close', NEW.prepared_by
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_prepared_by_operator';
+    END IF;
+    IF NEW.billing_period >= to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM') THEN
+        RAISE EXCEPTION 'billing period % has not ended yet', NEW.billing_period
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_period_ended';
+    END IF;
+    RETURN NEW;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.intent_metered(p_key bigint, p_intent text)
  RETURNS bigint
  LANGUAGE sql
@@ -253,6 +318,18 @@ BEGIN
     INSERT INTO alert_notifications (cap_increase_request_id, event)
     VALUES (NEW.id, CASE TG_OP WHEN 'INSERT' THEN 'cap_increase.requested' ELSE 'cap_increase.decided' END);
     PERFORM pg_notify('vaultcap_alerts', 'cap_increase:' || NEW.id);
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.queue_period_close_notification()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO alert_notifications (period_close_id, event)
+    VALUES (NEW.id, CASE TG_OP WHEN 'INSERT' THEN 'period.prepared' ELSE 'period.signed_off' END);
+    PERFORM pg_notify('vaultcap_alerts', 'period_close:' || NEW.id);
     RETURN NULL;
 END
 $function$;
@@ -325,6 +402,20 @@ BEGIN
         metadata_customer_id, metadata_billing_period, billing_period, amount_cents, currency,
         idempotency_key, decision, upstream_status, stripe_object_id, error_code, message, latency_ms
     FROM jsonb_populate_recordset(NULL::audit_log, p_calls);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.refuse_key_for_signed_period()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF EXISTS (SELECT 1 FROM period_closes
+               WHERE billing_period = NEW.billing_period AND signed_at IS NOT NULL) THEN
+        RAISE EXCEPTION 'billing period % is signed off', NEW.billing_period
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'vault_key_period_open';
+    END IF;
+    RETURN NEW;
 END
 $function$;
 
@@ -522,6 +613,19 @@ BEGIN
                                c.billing_period, c.currency, c.payment_intent, c.request_body,
                                c.stripe_version, c.lease_secs) r;
     END LOOP;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.revoke_signed_period_keys()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    UPDATE vault_keys
+       SET revoked_at = NEW.signed_at, revoked_by = NEW.signed_by,
+           revoke_reason = 'billing period ' || NEW.billing_period || ' signed off'
+     WHERE billing_period = NEW.billing_period AND revoked_at IS NULL;
+    RETURN NULL;
 END
 $function$;
 

@@ -102,6 +102,26 @@ const ACTIONS: &[(&str, &str, Subject)] = &[
         "Was refused a console action",
         Subject::Hidden,
     ),
+    (
+        "period.export_pack",
+        "Downloaded the close pack of billing period",
+        Subject::Shown,
+    ),
+    (
+        "period.prepare",
+        "Prepared the close of billing period",
+        Subject::Shown,
+    ),
+    (
+        "period.sign_off",
+        "Signed off billing period",
+        Subject::Shown,
+    ),
+    (
+        "period.withdraw",
+        "Withdrew the close of billing period",
+        Subject::Shown,
+    ),
     ("reject_vault_key", "Rejected key request", Subject::Shown),
     (
         "request_vault_key",
@@ -205,6 +225,9 @@ impl ActionEntry {
                 None if self.action == "request_vault_key" => Some("/approvals".to_owned()),
                 None => None,
             },
+            "billing_period" if self.action.starts_with("period.") => {
+                Some(format!("/periods/{id}"))
+            }
             "billing_period" => Some(format!("/reconciliation?period={id}")),
             _ => None,
         };

@@ -83,7 +83,7 @@ pub enum Cursor {
 }
 
 /// The filters, checked: every value is the type it must be.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditFilter {
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,

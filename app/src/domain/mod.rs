@@ -21,6 +21,7 @@ mod key_list;
 mod key_request;
 mod money;
 mod period;
+mod period_close;
 mod replica;
 mod role;
 mod two_factor;
@@ -60,6 +61,10 @@ pub use key_list::{
 pub use key_request::{KeyRequest, KeyRequestPreview};
 pub use money::{group_thousands, Cents, Currency, MAX_CENTS, ZERO_DECIMAL};
 pub use period::BillingPeriod;
+pub use period_close::{
+    PeriodClose, PeriodCloseView, PeriodMoney, PeriodReport, PeriodState, PeriodStatus,
+    ReportCapIncrease, ReportFinding, ReportKey,
+};
 pub use replica::ReplicaLag;
 pub use role::Role;
 pub use two_factor::{Enrollment, TwoFactorView};
@@ -214,6 +219,8 @@ pub struct Overview {
     /// Calls refused in the last 24 hours (whole hours), every reason.
     pub refused_last_24h: i64,
     pub daily_spend: Vec<SpendChart>,
+    /// The latest billing periods and where each stands with finance.
+    pub periods: Vec<PeriodStatus>,
 }
 
 /// One row of a chart's figures: the day (`2026-12-01`, written on the

@@ -5,7 +5,7 @@ use crate::{
     components::{
         utc, Amount, DayFiguresTable, ErrorPanel, ReplicaLagNotice, RequireRole, UtilizationMeter,
     },
-    domain::{group_thousands, Overview, Role, SpendChart},
+    domain::{group_thousands, Overview, PeriodState, PeriodStatus, Role, SpendChart},
     server_fns::get_overview,
 };
 
@@ -90,6 +90,7 @@ fn PeriodSummary(overview: Overview) -> impl IntoView {
             view! { <PeriodTotals overview=overview.clone()/> }.into_any()
         }}
         <NearCap overview=overview.clone()/>
+        <Periods periods=overview.periods.clone()/>
         {overview.daily_spend.into_iter().map(|chart| view! { <DailySpend chart/> }).collect_view()}
         <section class="panel">
             <h2>"Billing ledger"</h2>
@@ -186,6 +187,52 @@ fn NearCap(overview: Overview) -> impl IntoView {
         </section>
     }
     .into_any()
+}
+
+/// The latest billing periods and where each stands with finance: open,
+/// closing (prepared, not signed) or signed off; each links to its close.
+#[component]
+fn Periods(periods: Vec<PeriodStatus>) -> impl IntoView {
+    if periods.is_empty() {
+        return ().into_any();
+    }
+    view! {
+        <section class="panel" aria-labelledby="periods-heading">
+            <h2 id="periods-heading">"Billing periods"</h2>
+            <div class="table-scroll" tabindex="0">
+                <table class="data compact" data-testid="periods">
+                    <thead>
+                        <tr>
+                            <th scope="col">"Period"</th>
+                            <th scope="col">"State"</th>
+                            <th scope="col" class="num">"Keys"</th>
+                            <th scope="col" class="num">"Open findings"</th>
+                        </tr>
+                    </thead>
+                    <tbody>
+                        {periods.into_iter().map(|p| view! {
+                            <tr>
+                                <td><a href=format!("/periods/{}", p.period)>{p.period.to_string()}</a></td>
+                                <td><span class=format!("period-state {}", state_class(p.state))>{p.state.label()}</span></td>
+                                <td class="num">{p.keys}</td>
+                                <td class="num">{p.open_findings}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+        </section>
+    }
+    .into_any()
+}
+
+/// The CSS class of a period's state.
+pub fn state_class(state: PeriodState) -> &'static str {
+    match state {
+        PeriodState::Open => "state-open",
+        PeriodState::Closing => "state-closing",
+        PeriodState::SignedOff => "state-signed",
+    }
 }
 
 #[component]

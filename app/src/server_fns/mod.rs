@@ -8,6 +8,7 @@ mod cap_increases;
 mod me;
 mod operators;
 mod overview;
+mod periods;
 mod reads;
 mod reconciliation;
 mod tokens;
@@ -27,6 +28,7 @@ pub use cap_increases::{
 pub use me::{get_me, take_notice, GetMe, TakeNotice};
 pub use operators::{list_operators, ListOperators};
 pub use overview::{get_overview, GetOverview};
+pub use periods::{get_period_close, GetPeriodClose};
 pub use reads::{get_replica_lag, GetReplicaLag};
 pub use reconciliation::{
     get_finding, get_reconciliation, preview_bulk, GetFinding, GetReconciliation, PreviewBulk,

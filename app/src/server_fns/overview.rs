@@ -6,6 +6,10 @@ use crate::{domain::Overview, error::AppError};
 #[cfg(feature = "ssr")]
 const CHARTED_KEYS: i64 = 8;
 
+/// Billing periods the overview lists with their state.
+#[cfg(feature = "ssr")]
+const PERIODS_LISTED: i64 = 6;
+
 /// Where the current billing period (UTC) stands: totals, keys near their
 /// caps, alerts, refusals and daily spend. Reads only vault_keys, alerts
 /// and the call counters, never the audit log.
@@ -15,7 +19,7 @@ pub async fn get_overview() -> Result<Overview, AppError> {
         domain::{BillingPeriod, KeyQuery, Role},
         ssr::{
             self,
-            data::{alerts, billing_records, call_stats, vault_keys},
+            data::{alerts, billing_records, call_stats, period_closes, vault_keys},
         },
     };
     ssr::auth::require(Role::Viewer)?;
@@ -56,6 +60,7 @@ pub async fn get_overview() -> Result<Overview, AppError> {
         refused_last_24h: call_stats::refused_since(pool, now - chrono::Duration::hours(24))
             .await?,
         daily_spend: spend_charts(period, &charted, &daily)?,
+        periods: period_closes::statuses(pool, PERIODS_LISTED).await?,
     })
 }
 

@@ -8,6 +8,8 @@ pub mod charts;
 pub mod data;
 pub mod flash;
 pub mod key_requests;
+pub mod period_close;
+pub mod period_pack;
 mod reads;
 pub mod reconciliation;
 pub mod second_factor;

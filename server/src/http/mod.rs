@@ -13,6 +13,7 @@ mod findings_export;
 mod forms;
 mod guard;
 mod operators;
+mod period_closes;
 mod reconciliation;
 mod security;
 mod two_factor;
@@ -211,6 +212,30 @@ pub fn console_routes(state: AppState) -> ConsoleRoutes {
             "/key-requests/{id}/decide",
             Approver,
             cap_increases::decide_key,
+        )
+        .route(
+            POST,
+            "/periods/{id}/prepare",
+            Operator,
+            period_closes::prepare,
+        )
+        .route(
+            POST,
+            "/periods/{id}/withdraw",
+            Operator,
+            period_closes::withdraw,
+        )
+        .route(
+            POST,
+            "/periods/{id}/sign-off",
+            Approver,
+            period_closes::sign_off,
+        )
+        .route(
+            Method::GET,
+            "/periods/{id}/close-pack.zip",
+            Viewer,
+            period_closes::pack,
         )
         .route(POST, "/reconciliation/sync", Operator, reconciliation::sync)
         .route(

@@ -19,10 +19,10 @@ use serde_json::json;
 use sqlx::{postgres::PgListener, PgPool};
 
 use app::{
-    domain::{AlertId, CapIncrease, CapIncreaseId, Finding, FindingId},
+    domain::{AlertId, CapIncrease, CapIncreaseId, Finding, FindingId, PeriodClose},
     ssr::data::{
         alerts::{self, Alert},
-        cap_increases, findings,
+        cap_increases, findings, period_closes,
     },
 };
 
@@ -59,6 +59,7 @@ struct Due {
     alert_id: Option<AlertId>,
     cap_increase_request_id: Option<CapIncreaseId>,
     finding_id: Option<FindingId>,
+    period_close_id: Option<i64>,
 }
 
 impl Notifier {
@@ -133,7 +134,8 @@ impl Notifier {
         let mut tx = self.pool.begin().await?;
         // Locked for the attempt, so two servers never post the same one.
         let due: Vec<Due> = sqlx::query_as(
-            "SELECT d.id, d.url, d.attempts, n.event, n.alert_id, n.cap_increase_request_id, n.finding_id
+            "SELECT d.id, d.url, d.attempts, n.event, n.alert_id, n.cap_increase_request_id, n.finding_id,
+                    n.period_close_id
              FROM alert_deliveries d JOIN alert_notifications n ON n.id = d.notification_id
              WHERE d.state = 'pending' AND d.next_attempt_at <= now()
              ORDER BY d.next_attempt_at LIMIT $1
@@ -157,6 +159,10 @@ impl Notifier {
                 findings::find(&mut *tx, id)
                     .await?
                     .map(|finding| unmetered_notification(&finding))
+            } else if let Some(id) = delivery.period_close_id {
+                period_closes::find(&mut *tx, id)
+                    .await?
+                    .map(|close| period_notification(&delivery.event, &close))
             } else {
                 None
             };
@@ -322,6 +328,38 @@ fn unmetered_notification(finding: &Finding) -> serde_json::Value {
             "charge_ids": finding.charge_ids,
             "amount_cents": finding.at_risk,
             "message": finding.explanation,
+        },
+    })
+}
+
+/// A period close's body: prepared (`period.prepared`) or signed off
+/// (`period.signed_off`), said as of that event.
+fn period_notification(event: &str, close: &PeriodClose) -> serde_json::Value {
+    let period = close.billing_period;
+    let text = match (event, &close.signed_by) {
+        ("period.signed_off", Some(signer)) => format!(
+            "Vaultcap: billing period {period} was signed off by {signer} (prepared by {}); \
+             its keys are revoked and its report is frozen (SHA-256 {}).",
+            close.prepared_by,
+            close.report_sha256.as_deref().unwrap_or_default()
+        ),
+        _ => format!(
+            "Vaultcap: {} prepared the close of billing period {period}; \
+             an approver other than them signs it off.",
+            close.prepared_by
+        ),
+    };
+    json!({
+        "text": text,
+        "event": event,
+        "period_close": {
+            "id": close.id,
+            "billing_period": period,
+            "prepared_by": close.prepared_by,
+            "prepared_at": close.prepared_at,
+            "signed_by": close.signed_by,
+            "signed_at": close.signed_at,
+            "report_sha256": close.report_sha256,
         },
     })
 }

@@ -314,6 +314,7 @@ impl TestApp {
             status,
             headers,
             body: String::from_utf8_lossy(&body).into_owned(),
+            raw: body.to_vec(),
         }
     }
 
@@ -372,6 +373,8 @@ pub struct TestResponse {
     pub status: StatusCode,
     pub headers: axum::http::HeaderMap,
     pub body: String,
+    /// The body as sent, for binary answers (the close pack's zip).
+    pub raw: Vec<u8>,
 }
 
 impl TestResponse {

@@ -23,6 +23,7 @@ mod new_key;
 mod operators;
 mod pages;
 mod payment_intents;
+mod period_close;
 mod properties;
 mod proxy;
 mod reconciliation;

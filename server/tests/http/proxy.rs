@@ -507,6 +507,7 @@ async fn calls_are_counted_by_decision_in_the_metrics(pool: PgPool) {
     let metrics = crate::helpers::TestResponse {
         status,
         headers: Default::default(),
+        raw: body.clone().into_bytes(),
         body,
     };
     // Other tests in this process count too: only presence is certain.

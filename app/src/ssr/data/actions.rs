@@ -73,6 +73,29 @@ pub async fn for_subject(
     .await
 }
 
+/// The actions on a billing period, its keys and its findings (the ones
+/// `report` lists), newest first, at most 200.
+#[tracing::instrument(skip_all)]
+pub async fn for_period(
+    db: impl sqlx::PgExecutor<'_>,
+    period: crate::domain::BillingPeriod,
+    report: &crate::domain::PeriodReport,
+) -> Result<Vec<ActionEntry>, sqlx::Error> {
+    let keys: Vec<String> = report.keys.iter().map(|k| k.id.to_string()).collect();
+    let findings: Vec<String> = report.findings.iter().map(|f| f.id.to_string()).collect();
+    sqlx::query_as(&format!(
+        "{SELECT_ENTRY} WHERE (a.subject_type = 'billing_period' AND a.subject_id = $1)
+            OR (a.subject_type = 'vault_key' AND a.subject_id = ANY($2))
+            OR (a.subject_type = 'finding' AND a.subject_id = ANY($3))
+         ORDER BY a.at DESC, a.id DESC LIMIT 200"
+    ))
+    .bind(period.to_string())
+    .bind(keys)
+    .bind(findings)
+    .fetch_all(db)
+    .await
+}
+
 /// An action as the console lists it; `a` is operator_actions.
 const SELECT_ENTRY: &str = "SELECT a.id, a.at, COALESCE(o.email, 'API token ' || t.name, CASE a.via WHEN 'cli' THEN 'command line' WHEN 'console' THEN 'not signed in' ELSE 'Vaultcap' END) AS who,
         a.via, host(a.ip) AS ip, a.action, a.subject_type, a.subject_id,

@@ -14,6 +14,7 @@ pub mod key_requests;
 pub mod keyset;
 pub mod login_failures;
 pub mod operators;
+pub mod period_closes;
 pub mod spend;
 pub mod stripe_charges;
 pub mod vault_keys;
