@@ -28,6 +28,8 @@ function pages() {
   const key = sql('SELECT id FROM vault_keys ORDER BY id LIMIT 1');
   const call = sql('SELECT id FROM audit_log ORDER BY id DESC LIMIT 1');
   const finding = sql('SELECT id FROM reconciliation_findings ORDER BY id LIMIT 1');
+  const period = sql('SELECT billing_period FROM vault_keys ORDER BY id LIMIT 1');
+  const signed = sql('SELECT billing_period FROM period_closes WHERE signed_at IS NOT NULL LIMIT 1');
   // A cap increase the approver asked for, so the admin may decide it.
   const label = `responsive-request-${Date.now()}`;
   const request = sql(`WITH k AS (
@@ -61,6 +63,8 @@ function pages() {
     ['actions', '/actions'],
     ['reconciliation', '/reconciliation'],
     ...(finding ? [['finding', `/reconciliation/${finding}`]] : []),
+    ['period', `/periods/${period}`],
+    ...(signed ? [['period-signed', `/periods/${signed}`]] : []),
     ['approvals', '/approvals'],
     ['approval-confirm', `/approvals/${request}/confirm`],
     ['key-request-confirm', `/key-requests/${keyRequest}/confirm`],
