@@ -91,6 +91,7 @@ fn SignOff(view: PeriodCloseView, me: Option<Me>) -> impl IntoView {
                     <dl class="facts">
                         <div><dt>"Prepared"</dt><dd>{format!("{} by {}", utc(close.prepared_at), close.prepared_by)}</dd></div>
                         <div><dt>"Signed off"</dt><dd data-testid="signed-by">{format!("{} by {by}", utc(at))}</dd></div>
+                        {close.note.clone().map(|note| view! { <div><dt>"Note"</dt><dd>{note}</dd></div> })}
                         <div><dt>"Report SHA-256"</dt><dd><code class="hash">{close.report_sha256.clone().unwrap_or_default()}</code></dd></div>
                     </dl>
                     {if view.report_intact {
@@ -102,16 +103,15 @@ fn SignOff(view: PeriodCloseView, me: Option<Me>) -> impl IntoView {
                 _ => {
                     let mine = me.as_ref().is_some_and(|me| me.id == close.prepared_by_id);
                     let live_keys = view.report.keys.iter().filter(|k| k.revoked_at.is_none()).count();
+                    let approver = may(Role::Approver);
+                    let can_sign = approver && !mine && blockers.is_empty();
                     view! {
                         <p data-testid="prepared-by">{format!("Prepared by {} at {}.", close.prepared_by, utc(close.prepared_at))}</p>
                         {close.note.clone().map(|note| view! { <blockquote class="note">{note}</blockquote> })}
                         <Blockers blockers=blockers.clone()/>
-                        {match (may(Role::Approver), mine, blockers.is_empty()) {
-                            (true, false, true) => view! {
-                                <form class="stacked no-print" method="post" action=format!("/periods/{period}/sign-off")>
-                                    <p>{format!("Signing off freezes this report with its hash and revokes the {live_keys} live key(s) of {period}.")}</p>
-                                    <button type="submit" class="button button-primary">{format!("Sign off {period}")}</button>
-                                </form>
+                        {match (approver, mine, can_sign) {
+                            (_, _, true) => view! {
+                                <p>{format!("Signing off freezes this report with its hash and revokes the {live_keys} live key(s) of {period}.")}</p>
                             }.into_any(),
                             (true, true, _) => view! {
                                 <p class="hint" data-testid="four-eyes">"You prepared this close, so another approver signs it off (four-eyes rule)."</p>
@@ -119,13 +119,21 @@ fn SignOff(view: PeriodCloseView, me: Option<Me>) -> impl IntoView {
                             (false, _, _) => view! {
                                 <p class="hint">"An approver signs the close off."</p>
                             }.into_any(),
+                            // Blockers (listed above) stand in the way.
                             (true, false, false) => ().into_any(),
                         }}
-                        {may(Role::Operator).then(|| view! {
-                            <form class="no-print" method="post" action=format!("/periods/{period}/withdraw")>
-                                <button type="submit" class="button button-quiet">"Withdraw the close"</button>
-                            </form>
-                        })}
+                        <div class="form-row no-print">
+                            {can_sign.then(|| view! {
+                                <form method="post" action=format!("/periods/{period}/sign-off")>
+                                    <button type="submit" class="button button-primary">{format!("Sign off {period}")}</button>
+                                </form>
+                            })}
+                            {may(Role::Operator).then(|| view! {
+                                <form method="post" action=format!("/periods/{period}/withdraw")>
+                                    <button type="submit" class="button button-quiet">"Withdraw the close"</button>
+                                </form>
+                            })}
+                        </div>
                     }.into_any()
                 }
             }
@@ -335,7 +343,7 @@ fn PeriodActions(view: PeriodCloseView) -> impl IntoView {
             } else {
                 view! {
                     <div class="table-scroll" tabindex="0">
-                        <table class="data compact">
+                        <table class="data compact stack">
                             <caption class="visually-hidden">"Actions on the period, its keys and its findings, newest first"</caption>
                             <thead><tr>
                                 <th scope="col">"Time (UTC)"</th><th scope="col">"Who"</th>
@@ -344,10 +352,10 @@ fn PeriodActions(view: PeriodCloseView) -> impl IntoView {
                             <tbody>
                                 {view.actions.into_iter().map(|entry| view! {
                                     <tr>
-                                        <td class="nowrap">{entry.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
-                                        <td>{entry.who.clone()}</td>
-                                        <td><ActionWhat entry=entry.clone()/></td>
-                                        <td><ActionDetails entry/></td>
+                                        <td class="nowrap" data-label="Time (UTC)">{entry.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+                                        <td data-label="Who">{entry.who.clone()}</td>
+                                        <td data-label="What"><ActionWhat entry=entry.clone()/></td>
+                                        <td data-label="Details"><ActionDetails entry/></td>
                                     </tr>
                                 }).collect_view()}
                             </tbody>
