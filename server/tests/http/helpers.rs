@@ -445,3 +445,25 @@ pub async fn notifier(pool: &PgPool, webhooks: &[&str]) -> server::jobs::notifie
     .unwrap();
     server::jobs::notifier::Notifier::new(pool.clone()).unwrap()
 }
+
+/// Waits until some statement of this database waits on a lock (one the
+/// test's own transaction holds); fails after 30 s of none.
+pub async fn until_one_waits_on_a_lock(pool: &PgPool) {
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let waiting: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                            WHERE datname = current_database() AND wait_event_type = 'Lock')",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            if waiting {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "no statement waited on a lock within 30 s");
+}

@@ -18,7 +18,7 @@ use app::{
 };
 use server::proxy::{Ledger, LedgerError};
 
-use crate::proxy::proxy_with_key;
+use crate::{helpers::until_one_waits_on_a_lock, proxy::proxy_with_key};
 
 fn refused_call(message: &str) -> CallRecord {
     CallRecord {
@@ -59,24 +59,6 @@ fn hex_of(n: usize) -> String {
     format!("{n:064x}")
 }
 
-/// Waits until some statement of this database waits on a lock: the
-/// writer is then held by the test's transaction.
-async fn until_a_writer_waits(pool: &PgPool) {
-    loop {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                            WHERE datname = current_database() AND wait_event_type = 'Lock')",
-        )
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waiting {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-}
-
 /// Locks key `key` in a transaction of the test's, then sends a call on it
 /// and waits until a writer is stuck behind the lock (until the transaction
 /// ends).
@@ -98,7 +80,7 @@ async fn reserve_behind_a_lock(
         let ledger = ledger.clone();
         async move { ledger.reserve(reserve_call(key, 1)).await }
     });
-    until_a_writer_waits(pool).await;
+    until_one_waits_on_a_lock(pool).await;
     (lock, call)
 }
 
@@ -122,7 +104,7 @@ async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
         let ledger = ledger.clone();
         async move { ledger.record(refused_call("first")).await }
     });
-    until_a_writer_waits(&pool).await;
+    until_one_waits_on_a_lock(&pool).await;
     let mut batch = Vec::new();
     for n in 0..10 {
         let ledger = ledger.clone();
@@ -262,7 +244,7 @@ async fn a_write_rolled_back_to_break_a_deadlock_is_written_again(pool: PgPool) 
     });
     // Ours holds the key and waits for the chain's head; the other now
     // asks for the key: a deadlock.
-    until_a_writer_waits(&pool).await;
+    until_one_waits_on_a_lock(&pool).await;
     sqlx::query("SELECT 1 FROM vault_keys WHERE id = $1 FOR UPDATE")
         .bind(key)
         .execute(&mut *other)
