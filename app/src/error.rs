@@ -42,7 +42,17 @@ impl From<ParseError> for AppError {
 #[cfg(feature = "ssr")]
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
-        tracing::error!(error = %err, "database error in a server function");
+        // A key for a signed-off period, however it was asked for (the
+        // console, the key API, an approval): the database's refusal said.
+        if let Some(db) = err.as_database_error() {
+            if db.constraint() == Some("vault_key_period_open") {
+                return AppError::Invalid(format!(
+                    "{}: its keys were revoked at sign-off and no new key is issued for it",
+                    db.message()
+                ));
+            }
+        }
+        tracing::error!(error = %err, "database error");
         AppError::Internal
     }
 }

@@ -72,8 +72,7 @@ impl From<AppError> for ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
-        tracing::error!(error = %err, "database error in the API");
-        Self::internal()
+        AppError::from(err).into()
     }
 }
 
