@@ -34,10 +34,17 @@ CREATE UNIQUE INDEX period_closes_one_live ON period_closes (billing_period)
     WHERE withdrawn_at IS NULL;
 
 -- Preparing needs an active operator (or approver, admin) and a period
--- that has ended.
+-- that has ended. A close starts prepared, now: never already signed or
+-- withdrawn (that would skip every rule of the sign-off), never backdated.
 CREATE FUNCTION guard_period_close_prepare() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF num_nonnulls(NEW.signed_at, NEW.signed_by, NEW.report, NEW.report_sha256,
+                    NEW.withdrawn_at, NEW.withdrawn_by) > 0 THEN
+        RAISE EXCEPTION 'a close is prepared first; it is signed off or withdrawn later'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_prepared_first';
+    END IF;
+    NEW.prepared_at := now();
     IF NOT EXISTS (SELECT 1 FROM operators o
                    WHERE o.id = NEW.prepared_by AND o.disabled_at IS NULL
                      AND o.role IN ('operator', 'approver', 'admin')) THEN
@@ -55,10 +62,14 @@ CREATE TRIGGER period_closes_prepare
     BEFORE INSERT ON period_closes
     FOR EACH ROW EXECUTE FUNCTION guard_period_close_prepare();
 
--- A close is signed or withdrawn once; then it never changes. Signing
--- needs an active approver, no open finding in the period, and no call of
--- the period's keys still in flight or of unknown outcome. The row lock
--- makes two sign-offs at once one: the second finds the first's row.
+-- A close is signed or withdrawn once; then it never changes. Withdrawing
+-- needs an active operator (or approver, admin). Signing needs an active
+-- approver, a preparer still active, no open finding in the period, and no
+-- call of the period's keys still in flight or of unknown outcome. The row
+-- lock makes two sign-offs at once one: the second finds the first's row.
+-- The period's keys are locked before the calls are counted: a call being
+-- reserved holds its key's lock until it commits, so it is counted (and
+-- once the keys are revoked, no call is reserved on them again).
 CREATE FUNCTION guard_period_close_decision() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -78,6 +89,13 @@ BEGIN
         RAISE EXCEPTION 'a prepared close is not edited: withdraw it and prepare again'
             USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_prepared_once';
     END IF;
+    IF NEW.withdrawn_at IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM operators o
+            WHERE o.id = NEW.withdrawn_by AND o.disabled_at IS NULL
+              AND o.role IN ('operator', 'approver', 'admin')) THEN
+        RAISE EXCEPTION 'operator % may not withdraw a period close', NEW.withdrawn_by
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_withdrawn_by_operator';
+    END IF;
     IF NEW.signed_at IS NULL THEN
         RETURN NEW;
     END IF;
@@ -87,6 +105,13 @@ BEGIN
         RAISE EXCEPTION 'operator % may not sign off a period', NEW.signed_by
             USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_signed_by_approver';
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM operators o
+                   WHERE o.id = NEW.prepared_by AND o.disabled_at IS NULL
+                     AND o.role IN ('operator', 'approver', 'admin')) THEN
+        RAISE EXCEPTION 'the preparer of this close is disabled or no longer an operator: withdraw it and prepare again'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_preparer_active';
+    END IF;
+    PERFORM 1 FROM vault_keys WHERE billing_period = NEW.billing_period ORDER BY id FOR UPDATE;
     SELECT count(*) INTO open_findings FROM reconciliation_findings
      WHERE billing_period = NEW.billing_period AND resolved_at IS NULL;
     IF open_findings > 0 THEN
@@ -127,10 +152,15 @@ CREATE TRIGGER period_closes_revoke_keys
     FOR EACH ROW WHEN (OLD.signed_at IS NULL AND NEW.signed_at IS NOT NULL)
     EXECUTE FUNCTION revoke_signed_period_keys();
 
--- No new key for a period that is signed off.
+-- No new key for a period that is signed off. The live close is locked
+-- first: a key made while the period is being signed off waits for the
+-- sign-off and is then refused; one made before it is locked and revoked
+-- by it.
 CREATE FUNCTION refuse_key_for_signed_period() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM 1 FROM period_closes
+     WHERE billing_period = NEW.billing_period AND withdrawn_at IS NULL FOR SHARE;
     IF EXISTS (SELECT 1 FROM period_closes
                WHERE billing_period = NEW.billing_period AND signed_at IS NOT NULL) THEN
         RAISE EXCEPTION 'billing period % is signed off', NEW.billing_period

@@ -244,6 +244,13 @@ BEGIN
         RAISE EXCEPTION 'a prepared close is not edited: withdraw it and prepare again'
             USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_prepared_once';
     END IF;
+    IF NEW.withdrawn_at IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM operators o
+            WHERE o.id = NEW.withdrawn_by AND o.disabled_at IS NULL
+              AND o.role IN ('operator', 'approver', 'admin')) THEN
+        RAISE EXCEPTION 'operator % may not withdraw a period close', NEW.withdrawn_by
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_withdrawn_by_operator';
+    END IF;
     IF NEW.signed_at IS NULL THEN
         RETURN NEW;
     END IF;
@@ -253,6 +260,13 @@ BEGIN
         RAISE EXCEPTION 'operator % may not sign off a period', NEW.signed_by
             USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_signed_by_approver';
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM operators o
+                   WHERE o.id = NEW.prepared_by AND o.disabled_at IS NULL
+                     AND o.role IN ('operator', 'approver', 'admin')) THEN
+        RAISE EXCEPTION 'the preparer of this close is disabled or no longer an operator: withdraw it and prepare again'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_preparer_active';
+    END IF;
+    PERFORM 1 FROM vault_keys WHERE billing_period = NEW.billing_period ORDER BY id FOR UPDATE;
     SELECT count(*) INTO open_findings FROM reconciliation_findings
      WHERE billing_period = NEW.billing_period AND resolved_at IS NULL;
     IF open_findings > 0 THEN
@@ -274,6 +288,12 @@ CREATE OR REPLACE FUNCTION public.guard_period_close_prepare()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
+    IF num_nonnulls(NEW.signed_at, NEW.signed_by, NEW.report, NEW.report_sha256,
+                    NEW.withdrawn_at, NEW.withdrawn_by) > 0 THEN
+        RAISE EXCEPTION 'a close is prepared first; it is signed off or withdrawn later'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'period_close_prepared_first';
+    END IF;
+    NEW.prepared_at := now();
     IF NOT EXISTS (SELECT 1 FROM operators o
                    WHERE o.id = NEW.prepared_by AND o.disabled_at IS NULL
                      AND o.role IN ('operator', 'approver', 'admin')) THEN
@@ -410,6 +430,8 @@ CREATE OR REPLACE FUNCTION public.refuse_key_for_signed_period()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
+    PERFORM 1 FROM period_closes
+     WHERE billing_period = NEW.billing_period AND withdrawn_at IS NULL FOR SHARE;
     IF EXISTS (SELECT 1 FROM period_closes
                WHERE billing_period = NEW.billing_period AND signed_at IS NOT NULL) THEN
         RAISE EXCEPTION 'billing period % is signed off', NEW.billing_period

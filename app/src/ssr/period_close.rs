@@ -192,7 +192,14 @@ pub async fn sign_off(
         return Err(AppError::Forbidden(Role::Approver));
     }
     let mut tx = pool.begin().await?;
+    // The keys first (a call being reserved holds its key until it commits;
+    // a follow-on key is made holding its parent's), then the close (a key
+    // made from now on waits for it, and is refused once signed), then the
+    // keys again, those made in between included: the report below then
+    // counts every call, and the trigger revokes every key it lists.
+    period_closes::lock_keys(&mut tx, period).await?;
     let close = locked_close(&mut tx, period).await?;
+    period_closes::lock_keys(&mut tx, period).await?;
     if close.prepared_by_id == me.id {
         return Err(AppError::Invalid(format!(
             "you prepared the close of {period}, so another approver must sign it off (four-eyes rule)"
@@ -281,6 +288,10 @@ fn refused(err: sqlx::Error) -> AppError {
         Some("period_close_period_ended") => "the period has not ended yet",
         Some("period_close_signed_by_approver") => return AppError::Forbidden(Role::Approver),
         Some("period_close_prepared_by_operator") => return AppError::Forbidden(Role::Operator),
+        Some("period_close_withdrawn_by_operator") => return AppError::Forbidden(Role::Operator),
+        Some("period_close_preparer_active") => {
+            "whoever prepared it is disabled or no longer an operator: withdraw it and prepare again"
+        }
         _ => return err.into(),
     };
     AppError::Invalid(rule.into())

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
-use crate::helpers::{enc, TestApp};
+use crate::helpers::{enc, until_one_waits_on_a_lock, TestApp};
 use app::{
     domain::{BillingPeriod, Me, Role},
     ssr::{data::actions::Actor, period_close},
@@ -249,6 +249,29 @@ async fn an_operator_prepares_another_approver_signs_and_the_period_is_closed(po
         "{}",
         overview.body
     );
+
+    // No new key for the signed period, and the billing job is told why.
+    let token = app.api_token().await;
+    let refused = app
+        .api(
+            "POST",
+            "/vault/keys",
+            Some(&token),
+            Some(serde_json::json!({
+                "label": "late run", "billing_period": period.to_string(), "currency": "usd",
+                "expected_total_cents": 10_000, "allowed_endpoints": ["/v1/charges"],
+                "expires_at": (chrono::Utc::now() + chrono::Duration::hours(6)).to_rfc3339(),
+            })),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
+    assert!(
+        refused
+            .body
+            .contains(&format!("billing period {period} is signed off")),
+        "{}",
+        refused.body
+    );
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
@@ -422,6 +445,30 @@ async fn the_database_refuses_whatever_the_caller(pool: PgPool) {
     .await
     .unwrap_err();
     assert_eq!(constraint(wrong_hash), "period_close_report_hash");
+    // Signed by SQL with a finding open: the trigger counts it, whoever asks.
+    open_finding(&pool, period).await;
+    let with_finding = sqlx::query(
+        "UPDATE period_closes SET signed_at = now(), signed_by = $2, report = '{}',
+             report_sha256 = encode(sha256(convert_to('{}', 'UTF8')), 'hex') WHERE id = $1",
+    )
+    .bind(id)
+    .bind(app.add_operator("other@example.com", Role::Approver).await)
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert_eq!(constraint(with_finding), "period_close_findings_resolved");
+    // Nor is a close inserted already signed, which would skip all of that.
+    let signed_at_birth = sqlx::query(
+        "INSERT INTO period_closes (billing_period, prepared_by, signed_at, signed_by, report, report_sha256)
+         VALUES ($1, $2, now(), $3, '{}', encode(sha256(convert_to('{}', 'UTF8')), 'hex'))",
+    )
+    .bind(last_month().previous())
+    .bind(preparer)
+    .bind(viewer)
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert_eq!(constraint(signed_at_birth), "period_close_prepared_first");
     // Vaultcap's own login may not delete a close at all.
     let deleted = sqlx::query("DELETE FROM period_closes")
         .execute(&app.pool)
@@ -478,4 +525,78 @@ async fn two_sign_offs_at_once_make_one(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(signed_offs, 1);
+}
+
+/// What is made while a period is being signed off is not missed: a call
+/// being reserved (its key locked, not committed) is counted and stops the
+/// sign-off; a key being made is waited for, listed and revoked.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn what_is_made_during_a_sign_off_is_counted(pool: PgPool) {
+    let app = TestApp::new(pool.clone());
+    let (calls_period, keys_period) = (last_month(), last_month().previous());
+    let busy = key(&pool, calls_period, "busy", 100, 1).await;
+    key(&pool, keys_period, "early", 100, 1).await;
+    let preparer = Me {
+        id: app.add_operator("prep@example.com", Role::Operator).await,
+        email: "prep@example.com".into(),
+        role: Role::Operator,
+    };
+    let signer = Me {
+        id: app.add_operator("sign@example.com", Role::Approver).await,
+        email: "sign@example.com".into(),
+        role: Role::Approver,
+    };
+    for period in [calls_period, keys_period] {
+        period_close::prepare(&app.pool, &preparer, Actor::Cli, period, "")
+            .await
+            .unwrap();
+    }
+    let sign = |period| {
+        let (pool, signer) = (app.pool.clone(), signer.clone());
+        tokio::spawn(
+            async move { period_close::sign_off(&pool, &signer, Actor::Cli, period).await },
+        )
+    };
+
+    // A call on `busy`, as the proxy reserves it: the key locked first.
+    let mut call = pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM vault_keys WHERE id = $1 FOR UPDATE")
+        .bind(busy)
+        .execute(&mut *call)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO reservations (vault_key_id, request_id, amount_cents)
+         VALUES ($1, gen_random_uuid(), 500)",
+    )
+    .bind(busy)
+    .execute(&mut *call)
+    .await
+    .unwrap();
+    let signing = sign(calls_period);
+    until_one_waits_on_a_lock(&pool).await;
+    call.commit().await.unwrap();
+    let refused = signing.await.unwrap().unwrap_err().to_string();
+    assert!(refused.contains("in flight"), "{refused}");
+    assert!(!signed(&pool, calls_period).await);
+    assert_eq!(live_keys(&pool, calls_period).await, 1);
+
+    // A key being made for the other period, not committed yet.
+    let mut late = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
+             expected_total_cents, cap_cents, allowed_endpoints, expires_at)
+         VALUES (sha256('late'), 'vk_test', 'late', $1, 'usd', 10000, 11000,
+                 ARRAY['POST /v1/charges'], now() + interval '30 days')",
+    )
+    .bind(keys_period)
+    .execute(&mut *late)
+    .await
+    .unwrap();
+    let signing = sign(keys_period);
+    until_one_waits_on_a_lock(&pool).await;
+    late.commit().await.unwrap();
+    let signed_off = signing.await.unwrap().unwrap();
+    assert_eq!(signed_off.keys_revoked, 2, "the late key is in the report");
+    assert_eq!(live_keys(&pool, keys_period).await, 0);
 }

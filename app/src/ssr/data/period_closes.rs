@@ -54,6 +54,17 @@ pub async fn lock_live(
         .await
 }
 
+/// Locks the period's keys (in id order, as every other locker of several
+/// keys): no call is reserved on them until the transaction ends.
+#[tracing::instrument(skip_all)]
+pub async fn lock_keys(tx: &mut PgConnection, period: BillingPeriod) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT id FROM vault_keys WHERE billing_period = $1 ORDER BY id FOR UPDATE")
+        .bind(period)
+        .execute(tx)
+        .await
+        .map(drop)
+}
+
 /// The report as it was signed: its exact bytes and the stored hash.
 #[tracing::instrument(skip_all)]
 pub async fn signed_report(
@@ -139,7 +150,8 @@ pub async fn report(
         keys: keys(&mut *tx, period).await?,
         cap_increases: cap_increases(&mut *tx, period).await?,
         calls: sqlx::query_scalar(
-            "SELECT count(*) FROM audit_log WHERE billing_period = $1 AND at <= $2",
+            // Before `as_of`, as the pack's calls.csv (the audit export's `to`).
+            "SELECT count(*) FROM audit_log WHERE billing_period = $1 AND at < $2",
         )
         .bind(period)
         .bind(as_of)
