@@ -74,7 +74,7 @@ test('an operator prepares the close, cannot sign it, an approver signs it off a
   await expect(page.getByRole('status')).toContainText(`${period} is signed off: 1 key(s) revoked`);
   await expect(page.getByTestId('period-state')).toHaveText('Signed off');
   await expect(page.getByTestId('signed-by')).toContainText(accounts.approver.email);
-  await expect(page.getByTestId('period-keys').getByRole('row').filter({ hasText: label })).toContainText('revoked');
+  await expect(page.getByRole('table', { name: 'Keys of the period' }).getByRole('row').filter({ hasText: label })).toContainText('revoked');
   expect(sql(`SELECT count(*) FROM vault_keys WHERE billing_period = '${period}' AND revoked_at IS NULL`)).toBe('0');
   const hash = await page.locator('code.hash').textContent();
   expect(hash).toMatch(/^[0-9a-f]{64}$/);
@@ -107,7 +107,7 @@ test('an operator prepares the close, cannot sign it, an approver signs it off a
   await expect(page.getByRole('link', { name: 'Download CSV pack' })).toBeHidden();
   await expect(page.getByRole('button', { name: 'Sign out' })).toBeHidden();
   await expect(page.locator('code.hash')).toBeVisible();
-  await expect(page.getByTestId('period-keys')).toBeVisible();
+  await expect(page.getByRole('table', { name: 'Keys of the period' })).toBeVisible();
   fs.mkdirSync(shots, { recursive: true });
   await page.screenshot({ path: path.join(shots, `period-print-${testInfo.project.name}.png`), fullPage: true });
 });

@@ -255,114 +255,144 @@ fn Findings(report: PeriodReport) -> impl IntoView {
     }
 }
 
+/// One of the report's lists: its heading, then its table, or `empty`
+/// when it has no rows.
+struct Listing {
+    id: &'static str,
+    heading: &'static str,
+    empty: &'static str,
+    caption: &'static str,
+    class: &'static str,
+}
+
+impl Listing {
+    fn show(
+        self,
+        rows: usize,
+        head: impl IntoView + 'static,
+        body: impl IntoView + 'static,
+    ) -> AnyView {
+        let Listing {
+            id,
+            heading,
+            empty,
+            caption,
+            class,
+        } = self;
+        let content = if rows == 0 {
+            view! { <p class="hint">{empty}</p> }.into_any()
+        } else {
+            view! {
+                <div class="table-scroll" tabindex="0">
+                    <table class=class>
+                        <caption class="visually-hidden">{caption}</caption>
+                        <thead><tr>{head}</tr></thead>
+                        <tbody>{body}</tbody>
+                    </table>
+                </div>
+            }
+            .into_any()
+        };
+        view! {
+            <section class="panel" aria-labelledby=id>
+                <h2 id=id>{heading}</h2>
+                {content}
+            </section>
+        }
+        .into_any()
+    }
+}
+
 #[component]
 fn Keys(report: PeriodReport) -> impl IntoView {
     let as_of = report.as_of;
-    view! {
-        <section class="panel" aria-labelledby="keys-heading">
-            <h2 id="keys-heading">"Keys and their caps"</h2>
-            {if report.keys.is_empty() {
-                view! { <p class="hint">"No key was issued for this period."</p> }.into_any()
-            } else {
-                view! {
-                    <div class="table-scroll" tabindex="0">
-                        <table class="data compact" data-testid="period-keys">
-                            <caption class="visually-hidden">"Keys of the period"</caption>
-                            <thead><tr>
-                                <th scope="col">"Key"</th>
-                                <th scope="col" class="num">"Expected"</th>
-                                <th scope="col" class="num">"Cap"</th>
-                                <th scope="col" class="num">"Spent"</th>
-                                <th scope="col">"Status"</th>
-                            </tr></thead>
-                            <tbody>
-                                {report.keys.into_iter().map(|k| view! {
-                                    <tr>
-                                        <td><a href=format!("/keys/{}", k.id)>{k.label.clone()}</a></td>
-                                        <td class="num"><Amount cents=k.expected currency=k.currency.clone()/></td>
-                                        <td class="num"><Amount cents=k.cap currency=k.currency.clone()/></td>
-                                        <td class="num"><Amount cents=k.spent currency=k.currency.clone()/></td>
-                                        <td>{k.status(as_of).as_str()}</td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
-                }.into_any()
-            }}
-        </section>
+    Listing {
+        id: "keys-heading",
+        heading: "Keys and their caps",
+        empty: "No key was issued for this period.",
+        caption: "Keys of the period",
+        class: "data compact",
     }
+    .show(
+        report.keys.len(),
+        view! {
+            <th scope="col">"Key"</th>
+            <th scope="col" class="num">"Expected"</th>
+            <th scope="col" class="num">"Cap"</th>
+            <th scope="col" class="num">"Spent"</th>
+            <th scope="col">"Status"</th>
+        },
+        report
+            .keys
+            .into_iter()
+            .map(|k| {
+                view! {
+                    <tr>
+                        <td><a href=format!("/keys/{}", k.id)>{k.label.clone()}</a></td>
+                        <td class="num"><Amount cents=k.expected currency=k.currency.clone()/></td>
+                        <td class="num"><Amount cents=k.cap currency=k.currency.clone()/></td>
+                        <td class="num"><Amount cents=k.spent currency=k.currency.clone()/></td>
+                        <td>{k.status(as_of).as_str()}</td>
+                    </tr>
+                }
+            })
+            .collect_view(),
+    )
 }
 
 #[component]
 fn CapIncreases(report: PeriodReport) -> impl IntoView {
-    view! {
-        <section class="panel" aria-labelledby="increases-heading">
-            <h2 id="increases-heading">"Cap increases"</h2>
-            {if report.cap_increases.is_empty() {
-                view! { <p class="hint">"Nobody asked for a higher cap in this period."</p> }.into_any()
-            } else {
-                view! {
-                    <div class="table-scroll" tabindex="0">
-                        <table class="data compact">
-                            <caption class="visually-hidden">"Cap increases of the period"</caption>
-                            <thead><tr>
-                                <th scope="col">"Key"</th><th scope="col" class="num">"From"</th>
-                                <th scope="col" class="num">"To"</th><th scope="col">"Asked by"</th>
-                                <th scope="col">"Decision"</th>
-                            </tr></thead>
-                            <tbody>
-                                {report.cap_increases.into_iter().map(|r| view! {
-                                    <tr>
-                                        <td><a href=format!("/keys/{}", r.vault_key_id)>{r.key_label.clone()}</a></td>
-                                        <td class="num"><Amount cents=r.from_cap currency=r.currency.clone()/></td>
-                                        <td class="num"><Amount cents=r.to_cap currency=r.currency.clone()/></td>
-                                        <td>{r.requested_by.clone()}</td>
-                                        <td>{match (&r.decision, &r.decided_by) {
-                                            (Some(d), Some(by)) => format!("{d} by {by}"),
-                                            _ => "undecided".to_owned(),
-                                        }}</td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
-                }.into_any()
-            }}
-        </section>
+    Listing {
+        id: "increases-heading",
+        heading: "Cap increases",
+        empty: "Nobody asked for a higher cap in this period.",
+        caption: "Cap increases of the period",
+        class: "data compact",
     }
+    .show(
+        report.cap_increases.len(),
+        view! {
+            <th scope="col">"Key"</th><th scope="col" class="num">"From"</th>
+            <th scope="col" class="num">"To"</th><th scope="col">"Asked by"</th>
+            <th scope="col">"Decision"</th>
+        },
+        report.cap_increases.into_iter().map(|r| view! {
+            <tr>
+                <td><a href=format!("/keys/{}", r.vault_key_id)>{r.key_label.clone()}</a></td>
+                <td class="num"><Amount cents=r.from_cap currency=r.currency.clone()/></td>
+                <td class="num"><Amount cents=r.to_cap currency=r.currency.clone()/></td>
+                <td>{r.requested_by.clone()}</td>
+                <td>{match (&r.decision, &r.decided_by) {
+                    (Some(d), Some(by)) => format!("{d} by {by}"),
+                    _ => "undecided".to_owned(),
+                }}</td>
+            </tr>
+        }).collect_view(),
+    )
 }
 
 #[component]
 fn PeriodActions(view: PeriodCloseView) -> impl IntoView {
-    view! {
-        <section class="panel" aria-labelledby="period-actions-heading">
-            <h2 id="period-actions-heading">"Action log for the period"</h2>
-            {if view.actions.is_empty() {
-                view! { <p class="hint">"Nobody has acted on this period, its keys or its findings yet."</p> }.into_any()
-            } else {
-                view! {
-                    <div class="table-scroll" tabindex="0">
-                        <table class="data compact stack">
-                            <caption class="visually-hidden">"Actions on the period, its keys and its findings, newest first"</caption>
-                            <thead><tr>
-                                <th scope="col">"Time (UTC)"</th><th scope="col">"Who"</th>
-                                <th scope="col">"What"</th><th scope="col">"Details"</th>
-                            </tr></thead>
-                            <tbody>
-                                {view.actions.into_iter().map(|entry| view! {
-                                    <tr>
-                                        <td class="nowrap" data-label="Time (UTC)">{entry.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
-                                        <td data-label="Who">{entry.who.clone()}</td>
-                                        <td data-label="What"><ActionWhat entry=entry.clone()/></td>
-                                        <td data-label="Details"><ActionDetails entry/></td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
-                }.into_any()
-            }}
-        </section>
+    Listing {
+        id: "period-actions-heading",
+        heading: "Action log for the period",
+        empty: "Nobody has acted on this period, its keys or its findings yet.",
+        caption: "Actions on the period, its keys and its findings, newest first",
+        class: "data compact stack",
     }
+    .show(
+        view.actions.len(),
+        view! {
+            <th scope="col">"Time (UTC)"</th><th scope="col">"Who"</th>
+            <th scope="col">"What"</th><th scope="col">"Details"</th>
+        },
+        view.actions.into_iter().map(|entry| view! {
+            <tr>
+                <td class="nowrap" data-label="Time (UTC)">{entry.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+                <td data-label="Who">{entry.who.clone()}</td>
+                <td data-label="What"><ActionWhat entry=entry.clone()/></td>
+                <td data-label="Details"><ActionDetails entry/></td>
+            </tr>
+        }).collect_view(),
+    )
 }
