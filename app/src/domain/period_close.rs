@@ -155,9 +155,19 @@ pub struct PeriodReport {
     pub calls: i64,
     /// Calls still reserved: in flight, or of unknown outcome.
     pub undecided_calls: i64,
+    /// When the period's last finished sync from Stripe started; Stripe's
+    /// events keep the charges current in between.
+    #[serde(default)]
+    pub synced_at: Option<DateTime<Utc>>,
 }
 
 impl PeriodReport {
+    /// Whether Stripe was synced for the period after it ended, so that a
+    /// refund or charge an event missed at the month's end is counted.
+    pub fn synced_after_end(&self) -> bool {
+        self.synced_at.is_some_and(|at| at >= self.period.ends_at())
+    }
+
     pub fn open_findings(&self) -> usize {
         self.findings
             .iter()
@@ -249,6 +259,7 @@ mod tests {
             cap_increases: vec![],
             calls: 0,
             undecided_calls,
+            synced_at: None,
         }
     }
 

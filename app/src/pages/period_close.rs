@@ -51,7 +51,7 @@ fn Close(view: PeriodCloseView) -> impl IntoView {
             </div>
         </div>
         <SignOff view=view.clone() me/>
-        <Money report=view.report.clone()/>
+        <Money report=view.report.clone() signed={state == PeriodState::SignedOff}/>
         <Findings report=view.report.clone()/>
         <Keys report=view.report.clone()/>
         <CapIncreases report=view.report.clone()/>
@@ -163,12 +163,22 @@ fn Blockers(blockers: Vec<String>) -> impl IntoView {
 }
 
 #[component]
-fn Money(report: PeriodReport) -> impl IntoView {
+fn Money(report: PeriodReport, signed: bool) -> impl IntoView {
     let period = report.period;
     view! {
         <section class="panel" aria-labelledby="money-heading">
             <h2 id="money-heading">"Money"</h2>
-            <p class="hint">{format!("As of {}. Charged and refunded: Stripe's charges for {period} as last synced.", utc(report.as_of))}</p>
+            <p class="hint">{format!("As of {}. Charged and refunded: Stripe's charges for {period}, kept current by Stripe's events; {}.", utc(report.as_of), match report.synced_at {
+                Some(at) => format!("last synced from Stripe at {}", utc(at)),
+                None => "never synced from Stripe".to_owned(),
+            })}</p>
+            {(!report.synced_after_end()).then(|| view! {
+                <p class="caution" data-testid="sync-caution">{if signed {
+                    format!("Signed off without a sync from Stripe after {period} ended: what Stripe's events missed at the month's end is not in these figures.")
+                } else {
+                    format!("Not synced from Stripe since {period} ended: sync it on the Reconciliation page before signing off, so that whatever Stripe's events missed at the month's end is counted.")
+                }}</p>
+            })}
             {if report.money.is_empty() {
                 view! { <p>{format!("No key was issued and no charge synced for {period}.")}</p> }.into_any()
             } else {

@@ -123,6 +123,30 @@ async fn an_operator_prepares_another_approver_signs_and_the_period_is_closed(po
         page.body
     );
     assert!(page.body.contains("1 finding is open"), "{}", page.body);
+    // Stripe was never synced for it: the page says the figures may miss
+    // what the events did; a sync after the month's end answers that.
+    assert!(
+        page.body.contains("Not synced from Stripe since"),
+        "{}",
+        page.body
+    );
+    sqlx::query(
+        "INSERT INTO stripe_syncs (billing_period, created_from, created_to, finished_at)
+         VALUES ($1, now() - interval '40 days', now(), now())",
+    )
+    .bind(period)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let page = app
+        .get(&format!("/periods/{period}"), Some(&operator))
+        .await;
+    assert!(
+        page.body.contains("last synced from Stripe at"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("sync-caution"), "{}", page.body);
 
     let prepared = post(
         &app,

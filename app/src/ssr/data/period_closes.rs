@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
+use super::stripe_charges;
 use crate::domain::{
     BillingPeriod, OperatorId, PeriodClose, PeriodMoney, PeriodReport, PeriodState, PeriodStatus,
     ReportCapIncrease, ReportFinding, ReportKey,
@@ -164,6 +165,9 @@ pub async fn report(
         .bind(period)
         .fetch_one(&mut *tx)
         .await?,
+        synced_at: stripe_charges::last_finished(&mut *tx, period)
+            .await?
+            .map(|sync| sync.started_at),
     })
 }
 
