@@ -21,7 +21,17 @@ pub struct WebhooksBenchArgs {
     /// Deliveries in flight at once (Stripe sends several at a time).
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    /// Print the figures without failing on missed targets (a debug build
+    /// misses them).
+    #[arg(long)]
+    no_targets: bool,
 }
+
+/// Targets for a release build on the 2-core machine, where 10,000 events
+/// measured 1,970 to 2,010 events/s with a p99 of 7.0 to 7.6 ms (2026-12-04):
+/// half the rate, three times the p99.
+const TARGET_EVENTS_PER_SEC: f64 = 1_000.0;
+const TARGET_P99_MS: f64 = 25.0;
 
 const SECRET: &str = "whsec_bench";
 
@@ -115,12 +125,11 @@ async fn measure(db: &BenchDatabase, args: &WebhooksBenchArgs) -> anyhow::Result
         "{stored} of {} events stored",
         args.events
     );
+    let (rate, p99) = (args.events as f64 / elapsed, quantile(&timings, 0.99));
     println!(
-        "  ingested: {:.0} events/s ({} in {elapsed:.1} s); per event p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        args.events as f64 / elapsed,
+        "  ingested: {rate:.0} events/s ({} in {elapsed:.1} s); per event p50 {:.2} ms, p99 {p99:.2} ms, max {:.2} ms",
         args.events,
         quantile(&timings, 0.5),
-        quantile(&timings, 0.99),
         timings.last().copied().unwrap_or_default(),
     );
     let detecting = Instant::now();
@@ -129,15 +138,25 @@ async fn measure(db: &BenchDatabase, args: &WebhooksBenchArgs) -> anyhow::Result
         sqlx::query_scalar("SELECT count(*) FROM reconciliation_findings WHERE kind = 'unmetered'")
             .fetch_one(&db.pool)
             .await?;
+    let customers = args.events.min(CUSTOMERS);
     ensure!(
-        unmetered == CUSTOMERS as i64,
-        "{unmetered} unmetered findings, not one per customer ({CUSTOMERS})"
+        unmetered == customers as i64,
+        "{unmetered} unmetered findings, not one per customer ({customers})"
     );
     println!(
         "  live detection pass over them: {:.0} ms ({} period(s); {unmetered} unmetered findings, \
          one per customer, as no vault key's call made these charges)",
         detecting.elapsed().as_secs_f64() * 1000.0,
         pass.periods.len(),
+    );
+    let met = rate >= TARGET_EVENTS_PER_SEC && p99 <= TARGET_P99_MS;
+    println!(
+        "  target: at least {TARGET_EVENTS_PER_SEC:.0} events/s and p99 at most {TARGET_P99_MS:.0} ms: {}",
+        if met { "met" } else { "MISSED" }
+    );
+    ensure!(
+        met || args.no_targets,
+        "the webhook targets were missed (build with --release; --no-targets only prints)"
     );
     Ok(())
 }
