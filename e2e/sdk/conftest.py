@@ -6,6 +6,7 @@ PostgreSQL cluster of the run in E2E_DATA_DIR. The fixtures start localstripe
 on a free port announced on stdout, and stop both at the end.
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -25,6 +26,29 @@ def _vaultcap_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env.update(extra)
     return env
+
+
+@contextlib.contextmanager
+def serving(data_dir: str, **extra: str):
+    """`vaultcap serve` over the run's cluster on a free port, with `extra`
+    in its environment: its URL; stopped, and checked to stop cleanly, after."""
+    proc = subprocess.Popen(
+        [VAULTCAP, "serve", "--addr", "127.0.0.1:0", "--data-dir", data_dir],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_vaultcap_env(**extra),
+    )
+    url = None
+    for line in proc.stdout:
+        if line.startswith("Vaultcap console: "):
+            url = line.split(": ", 1)[1].strip()
+            break
+    assert url, "vaultcap serve did not start"
+    try:
+        yield url
+    finally:
+        proc.terminate()
+    assert proc.wait(timeout=30) == 0, "vaultcap serve did not stop cleanly"
 
 
 @pytest.fixture(scope="session")
@@ -56,26 +80,13 @@ def vaultcap(localstripe, data_dir):
     # The browser tests' serve ran over this cluster with other fleet
     # settings (webhooks, upstream timeout) and has stopped: this one makes
     # its own the fleet's, as a rollout of new settings would.
-    env = _vaultcap_env(
+    with serving(
+        data_dir,
         STRIPE_API_BASE=localstripe,
         STRIPE_SECRET_KEY=REAL_STRIPE_KEY,
         VAULTCAP_REPLACE_FLEET_SETTINGS="true",
-    )
-    proc = subprocess.Popen(
-        [VAULTCAP, "serve", "--addr", "127.0.0.1:0", "--data-dir", data_dir],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    url = None
-    for line in proc.stdout:
-        if line.startswith("Vaultcap console: "):
-            url = line.split(": ", 1)[1].strip()
-            break
-    assert url, "vaultcap serve did not start"
-    yield url
-    proc.terminate()
-    assert proc.wait(timeout=30) == 0, "vaultcap serve did not stop cleanly"
+    ) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

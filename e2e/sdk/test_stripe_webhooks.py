@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 import stripe
 
-from conftest import VAULTCAP, _vaultcap_env
+from conftest import serving
 from test_stripe_python import client, in_a_month
 
 WEBHOOK_SECRET = "whsec_vaultcap_e2e"
@@ -88,35 +88,22 @@ def live(faults, localstripe, data_dir, notifications, real_stripe_key):
     """`vaultcap serve` forwarding through the fault forwarder, taking
     localstripe's events signed with WEBHOOK_SECRET."""
     hook, _ = notifications
-    env = _vaultcap_env(
+    with serving(
+        data_dir,
         STRIPE_API_BASE=faults,
         STRIPE_SECRET_KEY=real_stripe_key,
         STRIPE_WEBHOOK_SECRET=WEBHOOK_SECRET,
         VAULTCAP_ALERT_WEBHOOKS=hook,
         VAULTCAP_UPSTREAM_TIMEOUT_SECS="2",
         VAULTCAP_REPLACE_FLEET_SETTINGS="true",
-    )
-    proc = subprocess.Popen(
-        [VAULTCAP, "serve", "--addr", "127.0.0.1:0", "--data-dir", data_dir],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    url = None
-    for line in proc.stdout:
-        if line.startswith("Vaultcap console: "):
-            url = line.split(": ", 1)[1].strip()
-            break
-    assert url, "vaultcap serve did not start"
-    register = urllib.request.Request(
-        f"{localstripe}/_config/webhooks/vaultcap",
-        data=json.dumps({"url": f"{url}/stripe/webhooks", "secret": WEBHOOK_SECRET}).encode(),
-        headers={"Authorization": f"Bearer {real_stripe_key}", "Content-Type": "application/json"},
-    )
-    urllib.request.urlopen(register).read()
-    yield url
-    proc.terminate()
-    assert proc.wait(timeout=30) == 0, "vaultcap serve did not stop cleanly"
+    ) as url:
+        register = urllib.request.Request(
+            f"{localstripe}/_config/webhooks/vaultcap",
+            data=json.dumps({"url": f"{url}/stripe/webhooks", "secret": WEBHOOK_SECRET}).encode(),
+            headers={"Authorization": f"Bearer {real_stripe_key}", "Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(register).read()
+        yield url
 
 
 def test_a_lost_answer_is_settled_by_stripes_event_without_a_sync(live, api_token, sql):
