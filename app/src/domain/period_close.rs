@@ -210,6 +210,9 @@ pub struct PeriodCloseView {
     pub report_intact: bool,
     pub ended: bool,
     pub actions: Vec<ActionEntry>,
+    /// Once signed: findings of the period open now, found or reopened by
+    /// detection after the sign-off (the frozen report cannot show them).
+    pub open_after_sign_off: i64,
 }
 
 impl PeriodCloseView {

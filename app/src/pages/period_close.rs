@@ -94,6 +94,12 @@ fn SignOff(view: PeriodCloseView, me: Option<Me>) -> impl IntoView {
                         {close.note.clone().map(|note| view! { <div><dt>"Note"</dt><dd>{note}</dd></div> })}
                         <div><dt>"Report SHA-256"</dt><dd><code class="hash">{close.report_sha256.clone().unwrap_or_default()}</code></dd></div>
                     </dl>
+                    {(view.open_after_sign_off > 0).then(|| view! {
+                        <p class="caution" data-testid="open-after-sign-off">
+                            {format!("{} finding(s) of {period} are open now, found or reopened after the sign-off; the signed report cannot show them. ", view.open_after_sign_off)}
+                            <a href=format!("/reconciliation?period={period}&state=open")>{format!("Open findings of {period}")}</a>
+                        </p>
+                    })}
                     {if view.report_intact {
                         view! { <p class="hint">"The report below is the one signed: its bytes still match the stored hash."</p> }.into_any()
                     } else {

@@ -37,11 +37,16 @@ pub async fn view(pool: &PgPool, period: BillingPeriod) -> Result<PeriodCloseVie
             .transpose()?,
         _ => None,
     };
+    let open_after_sign_off = match signed {
+        Some(_) => period_closes::open_findings(pool, period).await?,
+        None => 0,
+    };
     let (report, report_intact) = match signed {
         Some(frozen) => frozen,
         None => (live_report(pool, period).await?, true),
     };
     Ok(PeriodCloseView {
+        open_after_sign_off,
         actions: actions::for_period(pool, period, &report).await?,
         ended: period < BillingPeriod::containing(Utc::now()),
         report,

@@ -274,6 +274,29 @@ async fn an_operator_prepares_another_approver_signs_and_the_period_is_closed(po
         overview.body
     );
 
+    // A finding detection opens after the sign-off is said on the page, as
+    // the frozen report cannot show it.
+    assert!(!page.body.contains("open-after-sign-off"), "{}", page.body);
+    sqlx::query(
+        "INSERT INTO reconciliation_findings (kind, billing_period, customer_id, currency,
+             charge_ids, amount_at_risk_cents, explanation)
+         VALUES ('unmetered', $1, 'cust_8', 'usd', ARRAY['ch_8'], 700, 'Made around the proxy')",
+    )
+    .bind(period)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let page = app
+        .get(&format!("/periods/{period}"), Some(&operator))
+        .await;
+    assert!(
+        page.body.contains(&format!(
+            "1 finding(s) of {period} are open now, found or reopened after the sign-off"
+        )),
+        "{}",
+        page.body
+    );
+
     // No new key for the signed period, and the billing job is told why.
     let token = app.api_token().await;
     let refused = app

@@ -55,6 +55,20 @@ pub async fn lock_live(
         .await
 }
 
+/// How many findings of the period are open now.
+#[tracing::instrument(skip_all)]
+pub async fn open_findings(
+    db: impl PgExecutor<'_>,
+    period: BillingPeriod,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM reconciliation_findings WHERE billing_period = $1 AND resolved_at IS NULL",
+    )
+    .bind(period)
+    .fetch_one(db)
+    .await
+}
+
 /// Locks the period's keys (in id order, as every other locker of several
 /// keys): no call is reserved on them until the transaction ends.
 #[tracing::instrument(skip_all)]
