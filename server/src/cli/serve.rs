@@ -149,9 +149,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let pool = db.pool.clone();
         async move {
             let mut every = tokio::time::interval(stripe_events::live::EVERY);
+            let mut since = None;
             loop {
                 every.tick().await;
-                fleet_round(&pool, "stripe_live", stripe_events::live::pass(&pool)).await;
+                let started = chrono::Utc::now();
+                let pass = stripe_events::live::pass(&pool, since);
+                // Only a pass that ran here moves this process's mark on.
+                if fleet_round(&pool, "stripe_live", pass).await.is_some() {
+                    since = Some(started);
+                }
             }
         }
     });

@@ -7,7 +7,7 @@
 //! record. Missing charges and clearing wait for a sync, which sees every
 //! charge (the events may not have).
 
-use chrono::{Duration, Utc};
+use chrono::{DateTime, Duration, Utc};
 use sqlx::PgPool;
 
 use app::{
@@ -22,9 +22,15 @@ pub const ORPHAN_GRACE: Duration = Duration::minutes(2);
 /// How often a pass runs.
 pub const EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Periods with events received within this long are detected again (so a
-/// period's orphans show once their grace is over).
+/// Charges of events received within this long settle calls that became of
+/// unknown outcome since (a call is given up 90 s or more after it began);
+/// and the first pass of a process detects the periods of these events.
 const RECENT: Duration = Duration::minutes(3);
+
+/// A pass looks again at events received this long before the previous
+/// one started: a webhook's transaction may commit after a pass has read
+/// (an event's `received_at` is when its transaction began).
+const OVERLAP: Duration = Duration::seconds(15);
 
 /// What one pass did, per period.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -33,15 +39,21 @@ pub struct Pass {
     pub settled: u64,
 }
 
-/// One pass (see the module).
+/// One pass (see the module). `since`: when this process's previous pass
+/// started, if it ran one. A period is detected again only when an event
+/// about it arrived since then, or when such an event's orphan grace ended
+/// since then; not on every pass while its events are recent.
 #[tracing::instrument(skip_all)]
-pub async fn pass(pool: &PgPool) -> Result<Pass, sqlx::Error> {
+pub async fn pass(pool: &PgPool, since: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
     let now = Utc::now();
+    let from = since.map_or(now - RECENT, |since| since - OVERLAP);
     let mut done = Pass::default();
     let unexplained: Vec<String> = sqlx::query_scalar(
         "SELECT DISTINCT c.id FROM stripe_events e JOIN stripe_charges c ON c.id = e.object_id
          WHERE e.received_at > $1
-           AND NOT EXISTS (SELECT 1 FROM reservations r WHERE r.stripe_charge_id = c.id)",
+           AND NOT EXISTS (SELECT 1 FROM reservations r WHERE r.stripe_charge_id = c.id)
+           -- Only a call of unknown outcome is settled here.
+           AND EXISTS (SELECT 1 FROM reservations r WHERE r.state = 'outcome_unknown')",
     )
     .bind(now - RECENT)
     .fetch_all(pool)
@@ -57,9 +69,11 @@ pub async fn pass(pool: &PgPool) -> Result<Pass, sqlx::Error> {
     let periods: Vec<String> = sqlx::query_scalar(
         "SELECT DISTINCT COALESCE(c.billing_period, to_char(c.created_at AT TIME ZONE 'UTC', 'YYYY-MM'))
          FROM stripe_events e JOIN stripe_charges c ON c.id = e.object_id
-         WHERE e.received_at > $1",
+         WHERE e.received_at > $1 OR (e.received_at > $2 AND e.received_at <= $3)",
     )
-    .bind(now - RECENT)
+    .bind(from)
+    .bind(from - ORPHAN_GRACE)
+    .bind(now - ORPHAN_GRACE)
     .fetch_all(pool)
     .await?;
     for period in periods {

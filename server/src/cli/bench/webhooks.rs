@@ -133,7 +133,7 @@ async fn measure(db: &BenchDatabase, args: &WebhooksBenchArgs) -> anyhow::Result
         timings.last().copied().unwrap_or_default(),
     );
     let detecting = Instant::now();
-    let pass = live::pass(&db.pool).await?;
+    let pass = live::pass(&db.pool, None).await?;
     let unmetered: i64 =
         sqlx::query_scalar("SELECT count(*) FROM reconciliation_findings WHERE kind = 'unmetered'")
             .fetch_one(&db.pool)
