@@ -5,11 +5,20 @@
 // Leptos views nest deeply in their types; the key page passes the default limit.
 #![recursion_limit = "256"]
 
+pub mod actions;
+pub mod alerts;
 pub mod app;
+pub mod audit;
+pub mod cap_increases;
 pub mod components;
 pub mod domain;
 pub mod error;
+pub mod key_requests;
+pub mod keys;
+pub mod operators;
 pub mod pages;
+pub mod periods;
+pub mod reconciliation;
 pub mod server_fns;
 
 /// Server-only code: database access, authentication, shared state.

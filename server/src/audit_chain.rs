@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use app::ssr::data::audit_chain::{self, DayCheck};
+use app::audit::{chain_sql as audit_chain, chain_sql::DayCheck};
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::TryStreamExt;
 use sha2::{Digest, Sha256};

@@ -5,7 +5,7 @@
 use std::str::FromStr;
 
 use anyhow::Context;
-use app::ssr::{data::audit_chain, Reads};
+use app::{audit::chain_sql as audit_chain, ssr::Reads};
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
     ConnectOptions, Connection, PgConnection, PgPool,

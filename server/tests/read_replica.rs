@@ -9,8 +9,9 @@
 use std::time::{Duration, Instant};
 
 use app::{
+    actions::sql::Actor,
     domain::{ApiScope, Email, Role},
-    ssr::{accounts, data::actions::Actor, tokens},
+    operators::{accounts, tokens},
 };
 use server::{
     cli::bench::{issue_keys, stripe_answering, BenchDatabase, ServeProcess},

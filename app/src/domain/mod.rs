@@ -1,73 +1,65 @@
 //! Types both the server and the browser use. Parsed once at the edge,
-//! impossible to misuse after; no I/O here.
+//! impossible to misuse after; no I/O here. The vocabulary every feature
+//! shares lives here (money, billing periods, ids, decisions, endpoints);
+//! each feature's own types live in its folder and are re-exported below,
+//! so `crate::domain::X` names any of them.
 
-mod action_query;
-mod action_words;
-mod alert;
-mod api_scope;
-mod audit_chain;
-mod audit_query;
-mod cap_increase;
 #[cfg(feature = "ssr")]
 mod columns;
 mod decision;
 mod duplicate_policy;
-mod email;
 mod endpoint;
-mod finding;
 mod ids;
-mod key_draft;
-mod key_list;
-mod key_request;
 mod money;
 mod period;
-mod period_close;
 mod replica;
-mod role;
-mod two_factor;
 
-pub use action_query::{ActionEntry, ActionFilter, ActionPage, ActionQuery, ACTION_SOURCES};
-pub use action_words::{action_phrase, ActionSubject};
-pub use alert::{Alert, AlertState, AlertsView};
-pub use api_scope::{
-    parse_token_ceiling, parse_token_days, ApiScope, ApiTokenSummary, TokenStatus,
-    DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS,
+pub use crate::actions::query::{
+    ActionEntry, ActionFilter, ActionPage, ActionQuery, ACTION_SOURCES,
 };
-pub use audit_chain::{ChainStatus, LogIntegrity};
-pub use audit_query::{
+pub use crate::actions::words::{action_phrase, ActionSubject};
+pub use crate::alerts::{Alert, AlertState, AlertsView};
+pub use crate::audit::chain::{ChainStatus, LogIntegrity};
+pub use crate::audit::query::{
     datetime_local, AuditCall, AuditCallDetail, AuditFilter, AuditPage, AuditQuery, Cursor,
     DecisionFilter, Position, AUDIT_PAGE_SIZES, DEFAULT_AUDIT_PAGE_SIZE,
 };
-pub use cap_increase::{
+pub use crate::cap_increases::{
     ApplyAs, ApprovalPreview, ApprovalsView, CapIncrease, CapIncreaseDraft, CapIncreaseForm,
     CapSuggestion, RefusedCharges, RequestState,
 };
-pub use decision::Decision;
-pub use duplicate_policy::DuplicatePolicy;
-pub use email::Email;
-pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
-pub use finding::{
+pub use crate::key_requests::{KeyRequest, KeyRequestPreview};
+pub use crate::keys::draft::{
+    field_error, FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS,
+};
+pub use crate::keys::list::{
+    CallSummary, DecisionCount, KeyDetail, KeyFilter, KeyList, KeyQuery, KeySort, KEYS_PER_PAGE,
+};
+pub use crate::operators::api_scope::{
+    parse_token_ceiling, parse_token_days, ApiScope, ApiTokenSummary, TokenStatus,
+    DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS,
+};
+pub use crate::operators::email::Email;
+pub use crate::operators::role::Role;
+pub use crate::operators::two_factor::{Enrollment, TwoFactorView};
+pub use crate::periods::{
+    PeriodClose, PeriodCloseView, PeriodMoney, PeriodReport, PeriodState, PeriodStatus,
+    ReportCapIncrease, ReportFinding, ReportKey,
+};
+pub use crate::reconciliation::{
     at_risk_by_currency, counted, money_text, BulkAction, BulkPreview, EvidenceCall,
     EvidenceCharge, EvidenceRecord, Finding, FindingEvidence, FindingFilter, FindingKind,
     FindingTotal, KeyChoice, ReconciliationView, SyncState, SyncSummary, MAX_BULK,
 };
+pub use decision::Decision;
+pub use duplicate_policy::DuplicatePolicy;
+pub use endpoint::{moves_money, EndpointPattern, KNOWN_ENDPOINTS};
 pub use ids::{
     AlertId, ApiTokenId, AuditId, CapIncreaseId, FindingId, KeyRequestId, OperatorId, VaultKeyId,
 };
-pub use key_draft::{field_error, FieldErrors, KeyDraft, KeyForm, Suggestion, DEFAULT_ENDPOINTS};
-pub use key_list::{
-    CallSummary, DecisionCount, KeyDetail, KeyFilter, KeyList, KeyQuery, KeySort, KEYS_PER_PAGE,
-};
-pub use key_request::{KeyRequest, KeyRequestPreview};
 pub use money::{group_thousands, Cents, Currency, MAX_CENTS, ZERO_DECIMAL};
 pub use period::BillingPeriod;
-pub use period_close::{
-    PeriodClose, PeriodCloseView, PeriodMoney, PeriodReport, PeriodState, PeriodStatus,
-    ReportCapIncrease, ReportFinding, ReportKey,
-};
 pub use replica::ReplicaLag;
-pub use role::Role;
-pub use two_factor::{Enrollment, TwoFactorView};
 
 use serde::{Deserialize, Serialize};
 

@@ -7,10 +7,11 @@ use crate::{domain::AlertsView, error::AppError};
 #[server(endpoint = "list_alerts")]
 pub async fn list_alerts(state: Option<String>) -> Result<AlertsView, AppError> {
     use crate::{
+        alerts::sql as alerts,
         domain::{AlertState, Role},
-        ssr::{self, data::alerts},
+        ssr::{self},
     };
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let filter = match state.as_deref().unwrap_or("open") {
         "all" => None,
         raw => Some(AlertState::parse(raw).ok_or_else(|| {
@@ -21,7 +22,7 @@ pub async fn list_alerts(state: Option<String>) -> Result<AlertsView, AppError> 
     };
     let pool = &expect_context::<ssr::AppState>().pool;
     let (open, snoozed, acknowledged) = alerts::counts(pool).await?;
-    let assignees = ssr::data::operators::list(pool)
+    let assignees = crate::operators::sql::list(pool)
         .await?
         .into_iter()
         .filter(|op| op.disabled_at.is_none() && op.role.allows(Role::Operator))
@@ -40,7 +41,7 @@ pub async fn list_alerts(state: Option<String>) -> Result<AlertsView, AppError> 
 #[server(endpoint = "open_alert_count")]
 pub async fn open_alert_count() -> Result<i64, AppError> {
     use crate::{domain::Role, ssr};
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let pool = &expect_context::<ssr::AppState>().pool;
-    Ok(ssr::data::alerts::open_count(pool).await?)
+    Ok(crate::alerts::sql::open_count(pool).await?)
 }

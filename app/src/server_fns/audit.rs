@@ -9,19 +9,19 @@ use crate::{
 #[server(endpoint = "list_audit")]
 pub async fn list_audit(query: AuditQuery) -> Result<AuditPage, AppError> {
     use crate::{domain::Role, ssr};
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let filter = query.parse()?;
     let pool = &expect_context::<ssr::AppState>().reads.pool;
-    Ok(ssr::data::audit::page(pool, &query, &filter).await?)
+    Ok(crate::audit::sql::page(pool, &query, &filter).await?)
 }
 
 /// One call with everything recorded about it.
 #[server(endpoint = "get_audit_call")]
 pub async fn get_audit_call(id: crate::domain::AuditId) -> Result<AuditCallDetail, AppError> {
     use crate::{domain::Role, ssr};
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let pool = &expect_context::<ssr::AppState>().reads.pool;
-    ssr::data::audit::find(pool, id)
+    crate::audit::sql::find(pool, id)
         .await?
         .ok_or(AppError::NotFound)
 }
@@ -30,10 +30,10 @@ pub async fn get_audit_call(id: crate::domain::AuditId) -> Result<AuditCallDetai
 #[server(endpoint = "list_actions")]
 pub async fn list_actions(query: ActionQuery) -> Result<ActionPage, AppError> {
     use crate::{domain::Role, ssr};
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let filter = query.parse()?;
     let pool = &expect_context::<ssr::AppState>().reads.pool;
-    Ok(ssr::data::actions::page(pool, &query, &filter).await?)
+    Ok(crate::actions::sql::page(pool, &query, &filter).await?)
 }
 
 /// The audit log's tamper evidence: its hash chain's last check and whether
@@ -41,11 +41,11 @@ pub async fn list_actions(query: ActionQuery) -> Result<ActionPage, AppError> {
 #[server(endpoint = "audit_integrity")]
 pub async fn audit_integrity() -> Result<LogIntegrity, AppError> {
     use crate::{domain::Role, ssr};
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let pool = &expect_context::<ssr::AppState>().pool;
-    let protection = ssr::data::audit_chain::log_protection(pool).await?;
+    let protection = crate::audit::chain_sql::log_protection(pool).await?;
     Ok(LogIntegrity {
-        chain: ssr::data::audit_chain::status(pool).await?,
+        chain: crate::audit::chain_sql::status(pool).await?,
         role: protection.role,
         role_can_rewrite: protection.can_rewrite,
     })

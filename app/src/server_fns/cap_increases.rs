@@ -17,14 +17,14 @@ pub async fn get_cap_increase_form(
     draft: Option<String>,
 ) -> Result<CapIncreaseForm, AppError> {
     use crate::{
+        alerts::sql as alerts,
+        audit::sql as audit,
+        cap_increases::{rules as cap_increases, sql as requests},
         domain::{CapSuggestion, Cents, Decision, Role},
-        ssr::{
-            self, cap_increases,
-            data::{alerts, audit, cap_increases as requests, vault_keys},
-            flash,
-        },
+        keys::sql as vault_keys,
+        ssr::{self, flash},
     };
-    ssr::auth::require(Role::Operator)?;
+    crate::operators::auth::require(Role::Operator)?;
     let state = expect_context::<ssr::AppState>();
     let pool = &state.pool;
     let row = vault_keys::find(pool, key)
@@ -94,10 +94,11 @@ pub async fn get_cap_increase_form(
 #[server(endpoint = "list_approvals")]
 pub async fn list_approvals(tab: Option<String>) -> Result<ApprovalsView, AppError> {
     use crate::{
+        cap_increases::sql as requests,
         domain::Role,
-        ssr::{self, data::cap_increases as requests},
+        ssr::{self},
     };
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let listing = match tab.as_deref().unwrap_or("pending") {
         "pending" => requests::Listing::Pending,
         "history" => requests::Listing::History,
@@ -110,7 +111,7 @@ pub async fn list_approvals(tab: Option<String>) -> Result<ApprovalsView, AppErr
     let pool = &expect_context::<ssr::AppState>().pool;
     let (pending, history) = requests::counts(pool).await?;
     let key_requests = match listing {
-        requests::Listing::Pending => ssr::data::key_requests::pending(pool).await?,
+        requests::Listing::Pending => crate::key_requests::sql::pending(pool).await?,
         _ => Vec::new(),
     };
     Ok(ApprovalsView {
@@ -125,9 +126,9 @@ pub async fn list_approvals(tab: Option<String>) -> Result<ApprovalsView, AppErr
 #[server(endpoint = "pending_approval_count")]
 pub async fn pending_approval_count() -> Result<i64, AppError> {
     use crate::{domain::Role, ssr};
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let pool = &expect_context::<ssr::AppState>().pool;
-    Ok(ssr::data::cap_increases::pending_count(pool).await?)
+    Ok(crate::cap_increases::sql::pending_count(pool).await?)
 }
 
 /// What approving request `id` would change, for the approver to confirm
@@ -139,13 +140,12 @@ pub async fn get_approval_preview(
     note: Option<String>,
 ) -> Result<crate::domain::ApprovalPreview, AppError> {
     use crate::{
+        cap_increases::{rules as cap_increases, sql as requests},
         domain::{ApprovalPreview, Role},
-        ssr::{
-            self, cap_increases,
-            data::{cap_increases as requests, vault_keys},
-        },
+        keys::sql as vault_keys,
+        ssr::{self},
     };
-    let me = ssr::auth::require(Role::Approver)?;
+    let me = crate::operators::auth::require(Role::Approver)?;
     let state = expect_context::<ssr::AppState>();
     let request = requests::find(&state.pool, id)
         .await?
@@ -172,9 +172,10 @@ pub async fn get_key_request_preview(
 ) -> Result<crate::domain::KeyRequestPreview, AppError> {
     use crate::{
         domain::{KeyRequestPreview, Role},
-        ssr::{self, data::key_requests as requests, key_requests},
+        key_requests::{rules as key_requests, sql as requests},
+        ssr::{self},
     };
-    let me = ssr::auth::require(Role::Approver)?;
+    let me = crate::operators::auth::require(Role::Approver)?;
     let pool = &expect_context::<ssr::AppState>().pool;
     let request = requests::find(pool, id).await?.ok_or(AppError::NotFound)?;
     key_requests::decidable(&request, &me)?;

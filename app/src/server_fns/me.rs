@@ -8,7 +8,7 @@ use crate::{
 /// The signed-in operator, or `None` on the sign-in page.
 #[server(endpoint = "get_me")]
 pub async fn get_me() -> Result<Option<Me>, AppError> {
-    Ok(crate::ssr::auth::current_operator())
+    Ok(crate::operators::auth::current_operator())
 }
 
 /// The one-time notice left by the last form submission, removed as it is

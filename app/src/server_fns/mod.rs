@@ -1,5 +1,5 @@
-//! Server functions: each authenticates, makes one call into `ssr::data` or
-//! `ssr::accounts`, and maps the result. Mutations are plain HTML forms
+//! Server functions: each authenticates, makes one call into its feature's
+//! `sql` or `rules` (e.g. `crate::alerts::sql`), and maps the result. Mutations are plain HTML forms
 //! handled by the server crate, so every page works without JavaScript.
 
 mod alerts;

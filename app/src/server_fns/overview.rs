@@ -16,13 +16,14 @@ const PERIODS_LISTED: i64 = 6;
 #[server(endpoint = "get_overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
     use crate::{
+        alerts::sql as alerts,
         domain::{BillingPeriod, KeyQuery, Role},
-        ssr::{
-            self,
-            data::{alerts, billing_records, call_stats, period_closes, vault_keys},
-        },
+        keys::{call_stats, sql as vault_keys},
+        periods::sql as period_closes,
+        reconciliation::billing_records,
+        ssr::{self},
     };
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let state = expect_context::<ssr::AppState>();
     let pool = &state.pool;
     let now = chrono::Utc::now();
@@ -68,7 +69,7 @@ pub async fn get_overview() -> Result<Overview, AppError> {
 #[cfg(feature = "ssr")]
 fn spend_charts(
     period: crate::domain::BillingPeriod,
-    keys: &[crate::ssr::data::vault_keys::VaultKeyRow],
+    keys: &[crate::keys::sql::VaultKeyRow],
     daily: &[(
         crate::domain::VaultKeyId,
         chrono::NaiveDate,

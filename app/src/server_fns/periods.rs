@@ -10,7 +10,7 @@ use crate::{
 #[server(endpoint = "get_period_close")]
 pub async fn get_period_close(period: BillingPeriod) -> Result<PeriodCloseView, AppError> {
     use crate::{domain::Role, ssr};
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let pool = &expect_context::<ssr::AppState>().pool;
-    ssr::period_close::view(pool, period).await
+    crate::periods::rules::view(pool, period).await
 }

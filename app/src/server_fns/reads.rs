@@ -8,7 +8,7 @@ use crate::{domain::ReplicaLag, error::AppError};
 #[server(endpoint = "replica_lag")]
 pub async fn get_replica_lag() -> Result<Option<ReplicaLag>, AppError> {
     use crate::{domain::Role, ssr};
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let state = expect_context::<ssr::AppState>();
     Ok(state.reads.lag(&state.pool).await?)
 }

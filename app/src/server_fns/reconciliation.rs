@@ -13,12 +13,10 @@ pub async fn get_reconciliation(
 ) -> Result<ReconciliationView, AppError> {
     use crate::{
         domain::{FindingFilter, Role, SyncState, SyncSummary},
-        ssr::{
-            self,
-            data::{findings, stripe_charges},
-        },
+        reconciliation::{findings, stripe_charges},
+        ssr::{self},
     };
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let filter = FindingFilter::parse(
         period.as_deref(),
         kind.as_deref(),
@@ -63,13 +61,12 @@ pub async fn get_finding(
     id: crate::domain::FindingId,
 ) -> Result<crate::domain::FindingEvidence, AppError> {
     use crate::{
+        actions::sql as actions,
         domain::{FindingEvidence, Role},
-        ssr::{
-            self,
-            data::{actions, findings, stripe_charges},
-        },
+        reconciliation::{findings, stripe_charges},
+        ssr::{self},
     };
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let pool = &expect_context::<ssr::AppState>().pool;
     let finding = findings::find(pool, id).await?.ok_or(AppError::NotFound)?;
     Ok(FindingEvidence {
@@ -96,9 +93,10 @@ pub async fn preview_bulk(
 ) -> Result<crate::domain::BulkPreview, AppError> {
     use crate::{
         domain::{BulkAction, BulkPreview, FindingFilter, Role, MAX_BULK},
-        ssr::{self, data::findings},
+        reconciliation::findings,
+        ssr::{self},
     };
-    ssr::auth::require(Role::Operator)?;
+    crate::operators::auth::require(Role::Operator)?;
     let action = BulkAction::parse(action.as_deref().unwrap_or_default())?;
     let shown = FindingFilter::parse(
         period.as_deref(),

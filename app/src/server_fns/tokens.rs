@@ -5,7 +5,7 @@ use crate::{domain::ApiTokenSummary, error::AppError};
 #[server(endpoint = "list_api_tokens")]
 pub async fn list_api_tokens() -> Result<Vec<ApiTokenSummary>, AppError> {
     use crate::{domain::Role, ssr};
-    ssr::auth::require(Role::Admin)?;
+    crate::operators::auth::require(Role::Admin)?;
     let state = expect_context::<ssr::AppState>();
-    Ok(ssr::data::api_tokens::list(&state.pool).await?)
+    Ok(crate::operators::tokens_sql::list(&state.pool).await?)
 }

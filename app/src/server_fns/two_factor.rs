@@ -6,7 +6,7 @@ use crate::{domain::TwoFactorView, error::AppError};
 #[server(endpoint = "get_two_factor")]
 pub async fn get_two_factor() -> Result<TwoFactorView, AppError> {
     use crate::{domain::Role, ssr};
-    let me = ssr::auth::require(Role::Approver)?;
+    let me = crate::operators::auth::require(Role::Approver)?;
     let pool = &expect_context::<ssr::AppState>().pool;
-    ssr::second_factor::view(pool, &me).await
+    crate::operators::second_factor::view(pool, &me).await
 }

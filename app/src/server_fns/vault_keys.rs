@@ -10,9 +10,10 @@ use crate::{
 pub async fn list_vault_keys(query: KeyQuery) -> Result<KeyList, AppError> {
     use crate::{
         domain::{Role, KEYS_PER_PAGE},
-        ssr::{self, data::vault_keys},
+        keys::sql as vault_keys,
+        ssr::{self},
     };
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let filter = query.parse()?;
     let pool = &expect_context::<ssr::AppState>().pool;
     let now = chrono::Utc::now();
@@ -31,13 +32,14 @@ pub async fn list_vault_keys(query: KeyQuery) -> Result<KeyList, AppError> {
 #[server(endpoint = "get_vault_key")]
 pub async fn get_vault_key(id: crate::domain::VaultKeyId) -> Result<KeyDetail, AppError> {
     use crate::{
+        alerts::sql as alerts,
+        audit::sql as audit,
+        cap_increases::sql as cap_increases,
         domain::Role,
-        ssr::{
-            self, charts,
-            data::{alerts, audit, call_stats, cap_increases, vault_keys},
-        },
+        keys::{call_stats, sql as vault_keys},
+        ssr::{self, charts},
     };
-    ssr::auth::require(Role::Viewer)?;
+    crate::operators::auth::require(Role::Viewer)?;
     let state = expect_context::<ssr::AppState>();
     let (pool, reads) = (&state.pool, &state.reads.pool);
     let now = chrono::Utc::now();
@@ -87,9 +89,10 @@ pub async fn new_key_form(
 ) -> Result<KeyForm, AppError> {
     use crate::{
         domain::{BillingPeriod, KeyDraft, Role},
-        ssr::{self, data::vault_keys, flash},
+        keys::sql as vault_keys,
+        ssr::{self, flash},
     };
-    ssr::auth::require(Role::Operator)?;
+    crate::operators::auth::require(Role::Operator)?;
     let state = expect_context::<ssr::AppState>();
     let session = leptos_axum::extract::<tower_sessions::Session>().await?;
     let current = BillingPeriod::containing(chrono::Utc::now());
@@ -124,7 +127,7 @@ async fn previous_period_suggestion(
 ) -> Result<Option<crate::domain::Suggestion>, AppError> {
     use crate::{
         domain::{group_thousands, Cents, Currency, Suggestion},
-        ssr::data::billing_records,
+        reconciliation::billing_records,
     };
     let billed = billing_records::period_totals(pool, previous).await?;
     Ok(billed

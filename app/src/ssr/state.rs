@@ -4,7 +4,11 @@ use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::PgPool;
 
-use super::{auth::PasswordChecks, data::login_failures::Limits, key_requests::KeyPolicy, Reads};
+use super::Reads;
+use crate::{
+    key_requests::rules::KeyPolicy,
+    operators::{auth::PasswordChecks, login_failures::Limits},
+};
 
 /// What every request handler and server function can reach. Holds no
 /// per-process state beyond configuration: the database is the one source

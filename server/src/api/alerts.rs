@@ -12,11 +12,12 @@ use serde::Deserialize;
 
 use super::{ApiError, ApiErrorBody, ApiRoutes, ApiToken};
 use app::{
-    domain::{AlertId, ApiScope, Cents, Currency, VaultKeyId},
-    ssr::{
-        data::alerts::{self, Alert, AlertChangeError, AlertState},
-        AppState,
+    alerts::{
+        sql as alerts,
+        sql::{Alert, AlertChangeError, AlertState},
     },
+    domain::{AlertId, ApiScope, Cents, Currency, VaultKeyId},
+    ssr::AppState,
 };
 
 pub fn routes(routes: ApiRoutes) -> ApiRoutes {

@@ -12,16 +12,18 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
+    cap_increases::{
+        rules as cap_increases,
+        rules::{Ask, Target},
+        sql as requests,
+    },
     domain::{
         ApiScope, ApplyAs, CapIncrease, CapIncreaseId, Cents, Currency, RequestState, VaultKeyId,
         MAX_CENTS,
     },
     error::AppError,
-    ssr::{
-        cap_increases::{self, Ask, Target},
-        data::{cap_increases as requests, vault_keys},
-        AppState,
-    },
+    keys::sql as vault_keys,
+    ssr::AppState,
 };
 
 pub fn routes(routes: ApiRoutes) -> ApiRoutes {

@@ -21,15 +21,14 @@ use app::{
         KeyRequestId, ParseError, RequestState, VaultKeyId,
     },
     error::AppError,
-    ssr::{
-        data::{
-            key_requests as key_request_rows,
-            vault_keys::{self as key_rows, VaultKeyRow},
-        },
-        key_requests::{self, Outcome},
-        vault_keys::{self, KeyFields, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
-        AppState,
+    key_requests::{rules as key_requests, rules::Outcome, sql as key_request_rows},
+    keys::{
+        rules as vault_keys,
+        rules::{KeyFields, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
+        sql as key_rows,
+        sql::VaultKeyRow,
     },
+    ssr::AppState,
 };
 
 pub fn routes(routes: ApiRoutes) -> ApiRoutes {

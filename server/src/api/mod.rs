@@ -22,15 +22,11 @@ use serde_json::json;
 
 use crate::http::ClientIp;
 use app::{
+    actions::{sql as actions, sql::Actor},
     domain::ApiScope,
     error::AppError,
-    ssr::{
-        data::{
-            actions::{self, Actor},
-            api_tokens::{self, Presented},
-        },
-        secrets, AppState,
-    },
+    operators::{tokens_sql as api_tokens, tokens_sql::Presented},
+    ssr::{secrets, AppState},
 };
 
 #[derive(Debug)]

@@ -7,8 +7,9 @@ use clap::Subcommand;
 use sqlx::ConnectOptions;
 
 use app::{
+    actions::sql::Actor,
+    audit::chain_sql as audit_chain,
     domain::{group_thousands, BillingPeriod},
-    ssr::data::{actions::Actor, audit_chain},
 };
 
 use crate::{

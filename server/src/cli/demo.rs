@@ -7,8 +7,8 @@
 //! twice: rows that exist are kept.
 
 use app::{
+    actions::{sql as actions, sql::Actor},
     domain::BillingPeriod,
-    ssr::data::actions::{self, Actor},
 };
 use chrono::{DateTime, Utc};
 use clap::Args;

@@ -2,12 +2,12 @@ use std::io::BufRead;
 
 use anyhow::Context;
 use app::{
+    actions::{sql as actions, sql::Actor},
     domain::{Email, Role},
-    ssr::{
+    operators::{
         accounts,
         auth::{check_password_strength, generate_password, hash_password},
-        data::{actions, actions::Actor, operators},
-        second_factor,
+        second_factor, sql as operators,
     },
 };
 use clap::{Args, Subcommand};

@@ -4,7 +4,7 @@
 
 use clap::Args;
 
-use app::{domain::BillingPeriod, ssr::data::actions::Actor};
+use app::{actions::sql::Actor, domain::BillingPeriod};
 
 use crate::{
     config::{DatabaseArgs, StripeArgs},
@@ -51,7 +51,7 @@ pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
     let db = Database::open(&args.database).await?;
     let result = async {
         println!("Syncing {period} from {}", args.stripe.stripe_api_base);
-        let progress = |progress: &app::ssr::data::stripe_charges::SyncRow| {
+        let progress = |progress: &app::reconciliation::stripe_charges::SyncRow| {
             println!(
                 "  page {}: {} payment intents, {} charges seen",
                 progress.pages, progress.intents_seen, progress.charges_seen

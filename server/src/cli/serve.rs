@@ -2,14 +2,12 @@ use std::{net::SocketAddr, sync::Arc};
 
 use anyhow::Context;
 use app::{
+    alerts::sql as alerts,
     domain::Email,
-    ssr::{
-        accounts,
-        auth::PasswordChecks,
-        data::{alerts, spend},
-        key_requests::KeyPolicy,
-        AppState, AuthConfig, CapIncreaseRules,
-    },
+    key_requests::rules::KeyPolicy,
+    keys::spend,
+    operators::{accounts, auth::PasswordChecks},
+    ssr::{AppState, AuthConfig, CapIncreaseRules},
 };
 use leptos::config::LeptosOptions;
 use tokio_util::task::TaskTracker;

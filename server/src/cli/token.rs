@@ -1,8 +1,9 @@
 use clap::Subcommand;
 
 use app::{
+    actions::sql::Actor,
     domain::{parse_token_ceiling, parse_token_days, ApiScope},
-    ssr::{data::actions::Actor, data::api_tokens, tokens},
+    operators::{tokens, tokens_sql as api_tokens},
 };
 
 use crate::{config::DatabaseArgs, db::Database};

@@ -11,15 +11,11 @@ use tower_sessions::Session;
 use super::forms::{readable, Failure, Page};
 use super::guard::Operator;
 use app::{
+    alerts::{sql as alerts, sql::AlertChangeError},
     domain::{AlertId, Notice, OperatorId, Role},
     error::AppError,
-    ssr::{
-        data::{
-            alerts::{self, AlertChangeError},
-            operators,
-        },
-        AppState,
-    },
+    operators::sql as operators,
+    ssr::AppState,
 };
 
 const PAGE: Page = Page {

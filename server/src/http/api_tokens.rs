@@ -12,7 +12,8 @@ use super::guard::Operator;
 use app::{
     domain::{parse_token_ceiling, parse_token_days, ApiScope, Notice},
     error::AppError,
-    ssr::{tokens, AppState},
+    operators::tokens,
+    ssr::AppState,
 };
 
 const PAGE: Page = Page {

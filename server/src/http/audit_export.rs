@@ -29,16 +29,11 @@ use super::{
 };
 use crate::api::{ApiError, ApiToken};
 use app::{
+    actions::{sql as actions, sql::Actor},
+    audit::{csv as audit_csv, sql as audit},
     domain::{AuditFilter, AuditQuery},
     error::AppError,
-    ssr::{
-        audit_csv,
-        data::{
-            actions::{self, Actor},
-            audit,
-        },
-        AppState,
-    },
+    ssr::AppState,
 };
 
 /// Bytes gathered before a chunk is sent.

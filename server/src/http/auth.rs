@@ -14,15 +14,15 @@ use tower_sessions::Session;
 use super::{client_ip::ClientIp, error::HttpError, forms::redirect_with};
 use app::{
     domain::{is_local_path, Notice},
-    ssr::{
+    operators::{
         accounts::{self, PasswordChecked, SignInError},
         auth::{
             begin_second_factor, begin_session, end_session, pending_second_factor,
             resolve_session, SessionState,
         },
         second_factor::CodeRefused,
-        AppState,
     },
+    ssr::AppState,
 };
 
 #[derive(Debug, Deserialize)]

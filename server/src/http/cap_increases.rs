@@ -13,13 +13,15 @@ use tower_sessions::Session;
 use super::forms::{readable, redirect_with, Failure, Page};
 use super::guard::Operator;
 use app::{
+    cap_increases::{
+        rules as cap_increases,
+        rules::{Ask, Target, Verdict},
+    },
     domain::{ApplyAs, CapIncreaseDraft, CapIncreaseId, Cents, KeyRequestId, Notice, VaultKeyId},
     error::AppError,
-    ssr::{
-        cap_increases::{self, Ask, Target, Verdict},
-        data::vault_keys,
-        flash, key_requests, AppState,
-    },
+    key_requests::rules as key_requests,
+    keys::sql as vault_keys,
+    ssr::{flash, AppState},
 };
 
 pub async fn request(

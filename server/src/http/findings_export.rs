@@ -14,16 +14,8 @@ use serde::Deserialize;
 use super::error::HttpError;
 use super::guard::Operator;
 use app::{
-    domain::FindingFilter,
-    error::AppError,
-    ssr::{
-        audit_csv::neutralise,
-        data::{
-            actions::{self},
-            findings,
-        },
-        AppState,
-    },
+    actions::sql as actions, audit::csv::neutralise, domain::FindingFilter, error::AppError,
+    reconciliation::findings, ssr::AppState,
 };
 
 /// The most findings one file holds.

@@ -17,12 +17,10 @@ use serde_json::json;
 
 use super::{client_ip::ClientIp, error::HttpError};
 use app::{
+    actions::{sql as actions, sql::Actor},
     domain::{Me, Role},
     error::AppError,
-    ssr::{
-        data::actions::{self, Actor},
-        AppState,
-    },
+    ssr::AppState,
 };
 
 /// One console route and the role it needs (`None`: anyone, e.g. sign-in).

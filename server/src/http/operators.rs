@@ -14,7 +14,8 @@ use super::forms::{readable, Page};
 use super::guard::Operator;
 use app::{
     domain::{Email, Notice, Role},
-    ssr::{accounts, AppState},
+    operators::accounts,
+    ssr::AppState,
 };
 
 const PAGE: Page = Page {

@@ -25,13 +25,12 @@ use super::{
     guard::Operator,
 };
 use app::{
+    actions::sql as actions,
+    audit::{csv as audit_csv, sql as audit},
     domain::{BillingPeriod, Notice},
     error::AppError,
-    ssr::{
-        audit_csv,
-        data::{actions, audit, period_closes},
-        period_close, period_pack, AppState,
-    },
+    periods::{pack as period_pack, rules as period_close, sql as period_closes},
+    ssr::AppState,
 };
 
 /// The form's one field: a note for the approver (prepare).

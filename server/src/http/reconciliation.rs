@@ -15,15 +15,14 @@ use super::{
     forms::{readable, Failure, Page},
 };
 use app::{
+    actions::{sql as actions, sql::Actor},
     domain::{
         at_risk_by_currency, counted, money_text, BillingPeriod, BulkAction, Finding,
         FindingFilter, FindingId, Notice, MAX_BULK,
     },
     error::AppError,
-    ssr::{
-        data::actions::{self, Actor},
-        reconciliation, AppState,
-    },
+    reconciliation::rules as reconciliation,
+    ssr::AppState,
 };
 
 use crate::reconcile::{self, sync};

@@ -13,7 +13,8 @@ use super::forms::{readable, Page};
 use super::guard::Operator;
 use app::{
     domain::{Me, Notice},
-    ssr::{second_factor, AppState},
+    operators::second_factor,
+    ssr::AppState,
 };
 
 const PAGE: Page = Page {

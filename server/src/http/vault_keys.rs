@@ -20,11 +20,9 @@ use super::{
 use app::{
     domain::{DuplicatePolicy, KeyDraft, Notice, VaultKeyId},
     error::AppError,
-    ssr::{
-        flash,
-        key_requests::{self, Outcome},
-        vault_keys, AppState,
-    },
+    key_requests::{rules as key_requests, rules::Outcome},
+    keys::rules as vault_keys,
+    ssr::{flash, AppState},
 };
 
 pub async fn create(

@@ -19,11 +19,11 @@ use serde_json::json;
 use sqlx::{postgres::PgListener, PgPool};
 
 use app::{
+    alerts::{sql as alerts, sql::Alert},
+    cap_increases::sql as cap_increases,
     domain::{AlertId, CapIncrease, CapIncreaseId, Finding, FindingId, PeriodClose},
-    ssr::data::{
-        alerts::{self, Alert},
-        cap_increases, findings, period_closes,
-    },
+    periods::sql as period_closes,
+    reconciliation::findings,
 };
 
 /// The longest a due retry waits for its pass.

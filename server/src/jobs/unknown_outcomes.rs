@@ -26,11 +26,9 @@ use crate::proxy::{
     upstream::{Upstream, UpstreamError},
 };
 use app::{
+    audit::sql::AuditEntry,
     domain::{moves_money, BillingPeriod, Cents, Decision, VaultKeyId},
-    ssr::data::{
-        audit::AuditEntry,
-        spend::{self, CallRecord, Settlement},
-    },
+    keys::spend::{self, CallRecord, Settlement},
 };
 
 /// Calls asked about per round, at most.

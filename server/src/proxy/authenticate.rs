@@ -8,8 +8,9 @@ use base64::Engine;
 use chrono::{DateTime, Utc};
 
 use app::{
+    audit::sql::AuditEntry,
     domain::{moves_money, Decision},
-    ssr::{data::audit::AuditEntry, secrets},
+    ssr::secrets,
 };
 
 use super::{

@@ -10,10 +10,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use app::{
-    domain::Decision,
-    ssr::data::{audit::AuditEntry, spend::CallRecord},
-};
+use app::{audit::sql::AuditEntry, domain::Decision, keys::spend::CallRecord};
 
 use super::{ledger::Ledger, request::MAX_IDEMPOTENCY_KEY, stripe_error::StripeError};
 

@@ -15,7 +15,7 @@ use sqlx::PgPool;
 
 use app::{
     domain::EndpointPattern,
-    ssr::data::vault_keys::{self, VaultKeyRow},
+    keys::{sql as vault_keys, sql::VaultKeyRow},
 };
 
 /// How long a looked-up key is reused for charges.

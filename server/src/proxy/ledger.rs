@@ -26,7 +26,7 @@ use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tracing::Instrument;
 
-use app::ssr::data::spend::{self, CallRecord, ReserveCall, Reserved};
+use app::keys::spend::{self, CallRecord, ReserveCall, Reserved};
 
 /// The most calls written in one statement.
 const MAX_BATCH: usize = 256;

@@ -39,7 +39,7 @@ use sqlx::PgPool;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use app::ssr::data::spend;
+use app::keys::spend;
 use authenticate::authenticate;
 use call::{Call, Refusal, Request};
 use forward::forward;

@@ -6,8 +6,8 @@
 use axum::body::Bytes;
 
 use app::{
+    audit::sql::AuditEntry,
     domain::{moves_money, Cents, Decision},
-    ssr::data::audit::AuditEntry,
 };
 
 use super::{

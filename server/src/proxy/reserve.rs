@@ -3,11 +3,9 @@
 //! same statement applies the key's Idempotency-Key and duplicate rules.
 
 use app::{
+    audit::sql::AuditEntry,
     domain::{Cents, Decision},
-    ssr::data::{
-        audit::AuditEntry,
-        spend::{ReserveCall, Reserved},
-    },
+    keys::spend::{ReserveCall, Reserved},
 };
 
 use super::{

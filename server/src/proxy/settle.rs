@@ -18,7 +18,7 @@ use super::{
 };
 use app::{
     domain::Decision,
-    ssr::data::spend::{CallRecord, IntentRelease, Settlement},
+    keys::spend::{CallRecord, IntentRelease, Settlement},
 };
 
 /// The record to write for a forwarded call (its reservation's settlement

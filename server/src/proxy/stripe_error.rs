@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use app::{
     domain::{Cents, Currency},
-    ssr::data::vault_keys::VaultKeyRow,
+    keys::sql::VaultKeyRow,
 };
 
 #[derive(Debug)]

@@ -1,5 +1,5 @@
 //! Reconciliation: Stripe's charges against the billing jobs' ledger. The
-//! sync fills `stripe_charges`; detection (`app::ssr::data::findings`)
+//! sync fills `stripe_charges`; detection (`app::reconciliation::findings`)
 //! compares them with `billing_records`.
 
 pub mod refund;
@@ -9,11 +9,10 @@ use chrono::Utc;
 use sqlx::PgPool;
 
 use app::{
+    actions::{sql as actions, sql::Actor},
     domain::BillingPeriod,
-    ssr::data::{
-        actions::{self, Actor},
-        findings, spend, stripe_charges,
-    },
+    keys::spend,
+    reconciliation::{findings, stripe_charges},
 };
 
 /// Detects findings for a period from its last finished sync, and settles

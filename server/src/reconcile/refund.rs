@@ -16,12 +16,10 @@ use stripe_core::{
 };
 
 use app::{
+    actions::{sql as actions, sql::Actor},
     domain::{Finding, FindingId, FindingKind},
     error::AppError,
-    ssr::data::{
-        actions::{self, Actor},
-        findings, stripe_charges,
-    },
+    reconciliation::{findings, stripe_charges},
 };
 
 use super::sync;

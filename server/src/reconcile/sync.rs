@@ -18,7 +18,7 @@ use stripe_types::{RangeBoundsTs, RangeQueryTs};
 
 use app::{
     domain::{BillingPeriod, Cents},
-    ssr::data::stripe_charges::{self, SyncRow, SyncedCharge, SyncedIntent},
+    reconciliation::stripe_charges::{self, SyncRow, SyncedCharge, SyncedIntent},
 };
 
 /// How a sync asks Stripe.

@@ -6,9 +6,10 @@
 use sqlx::PgPool;
 
 use super::verify::{About, Received};
-use app::ssr::data::{
-    actions::{self, Actor},
-    spend, stripe_charges,
+use app::{
+    actions::{sql as actions, sql::Actor},
+    keys::spend,
+    reconciliation::stripe_charges,
 };
 
 /// What storing an event did.

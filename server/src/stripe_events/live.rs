@@ -10,10 +10,7 @@
 use chrono::{DateTime, Duration, Utc};
 use sqlx::PgPool;
 
-use app::{
-    domain::BillingPeriod,
-    ssr::data::{findings, spend},
-};
+use app::{domain::BillingPeriod, keys::spend, reconciliation::findings};
 
 /// A billing job writes its record after Stripe answers: a charge without
 /// one is an orphan only once this has passed.

@@ -9,7 +9,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use stripe_webhook::{Event, EventObject, Webhook, WebhookError};
 
 use crate::reconcile::sync::{synced, synced_intent};
-use app::ssr::data::stripe_charges::{SyncedCharge, SyncedIntent};
+use app::reconciliation::stripe_charges::{SyncedCharge, SyncedIntent};
 
 /// The secrets Stripe signs deliveries with (`whsec_…`): one, or during a
 /// rotation the old and the new. Never printed.

@@ -159,7 +159,7 @@ async fn expired_revoked_and_unknown_tokens_are_refused_and_do_nothing(pool: PgP
             .fetch_one(&pool)
             .await
             .unwrap();
-    app::ssr::tokens::revoke(&pool, app::ssr::data::actions::Actor::Cli, id)
+    app::operators::tokens::revoke(&pool, app::actions::sql::Actor::Cli, id)
         .await
         .unwrap();
 

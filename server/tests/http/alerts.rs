@@ -63,7 +63,7 @@ async fn a_key_close_to_expiry_with_unspent_expected_billing_raises_one_alert(po
         .execute(&pool)
         .await
         .unwrap();
-    let raise = || app::ssr::data::alerts::raise_expiring(&pool);
+    let raise = || app::alerts::sql::raise_expiring(&pool);
     assert_eq!(raise().await.unwrap(), 1);
     assert_eq!(raise().await.unwrap(), 0, "raised once");
     assert_eq!(alerts_of(&pool, key_id).await, [("expiring".into(), 0, 1)]);

@@ -6,8 +6,8 @@ use sqlx::PgPool;
 
 use crate::helpers::{enc, TestApp};
 use app::{
+    audit::csv::neutralise,
     domain::{Cents, Currency, Role},
-    ssr::audit_csv::neutralise,
 };
 
 /// `count` audited calls a second apart, newest last: customers
@@ -330,7 +330,7 @@ async fn the_export_writes_odd_cells_as_the_rules_say_and_filters_hold_against_q
     let export = app.get("/audit.csv", Some(&cookie)).await;
     assert_eq!(export.status, StatusCode::OK, "{}", export.body);
     let rows = parse_csv(&export.body);
-    assert_eq!(rows[0], app::ssr::audit_csv::HEADER);
+    assert_eq!(rows[0], app::audit::csv::HEADER);
     for (customer, idempotency_key, amount, currency) in odd {
         let row = rows
             .iter()

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::helpers::{app_pool, audit_rows};
-use app::ssr::data::actions::Actor;
+use app::actions::sql::Actor;
 use server::{audit_archive::archive_before, audit_chain::verify};
 
 fn this_month() -> NaiveDate {

@@ -12,9 +12,9 @@ use crate::{
     proxy::{proxy_with_key, CHARGE},
 };
 use app::{
+    cap_increases::{rules as cap_increases, rules::Verdict},
     domain::{Me, Role},
     error::AppError,
-    ssr::cap_increases::{self, Verdict},
 };
 
 /// The request form's body.

@@ -17,11 +17,11 @@ use tower::ServiceExt;
 use std::time::Duration;
 
 use app::{
+    actions::sql::Actor,
     domain::{ApiScope, Email, Role},
-    ssr::{
-        accounts, data::actions::Actor, key_requests::KeyPolicy, tokens, AppState, AuthConfig,
-        Reads,
-    },
+    key_requests::rules::KeyPolicy,
+    operators::{accounts, tokens},
+    ssr::{AppState, AuthConfig, Reads},
 };
 use server::proxy::upstream::{StripeSecret, Upstream};
 

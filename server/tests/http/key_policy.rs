@@ -16,7 +16,7 @@ use crate::{
 };
 use app::{
     domain::{ApiScope, Role},
-    ssr::key_requests::KeyPolicy,
+    key_requests::rules::KeyPolicy,
 };
 
 fn native(expected: i64, cap: i64) -> Value {

@@ -10,11 +10,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use app::{
+    audit::sql::AuditEntry,
     domain::Decision,
-    ssr::data::{
-        audit::AuditEntry,
-        spend::{CallRecord, ReserveCall, Reserved},
-    },
+    keys::spend::{CallRecord, ReserveCall, Reserved},
 };
 use server::proxy::{Ledger, LedgerError};
 
@@ -207,7 +205,7 @@ async fn a_call_on_another_key_is_reserved_while_a_batch_waits_on_a_locked_key(p
 /// detected") while its client had its answer.
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_write_rolled_back_to_break_a_deadlock_is_written_again(pool: PgPool) {
-    use app::ssr::data::spend::Settlement;
+    use app::keys::spend::Settlement;
 
     let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_000_000).await;
     let ledger = Ledger::start(pool.clone(), 64, 1);

@@ -4,7 +4,7 @@ use sqlx::PgPool;
 use crate::helpers::{enc, one_time_secret, TestApp, TestResponse};
 use app::{
     domain::{Email, Role},
-    ssr::accounts,
+    operators::accounts,
 };
 
 async fn action_count(pool: &PgPool, action: &str) -> i64 {
@@ -124,7 +124,7 @@ async fn an_admin_invites_an_operator_who_sets_a_password_nobody_else_sees(pool:
 async fn an_expired_or_unknown_invitation_sets_nothing(pool: PgPool) {
     let app = TestApp::new(pool.clone());
     let admin = app.add_operator("root@example.com", Role::Admin).await;
-    let actor = app::ssr::data::actions::Actor::Operator {
+    let actor = app::actions::sql::Actor::Operator {
         id: admin,
         ip: None,
     };

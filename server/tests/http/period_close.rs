@@ -12,8 +12,9 @@ use sqlx::PgPool;
 
 use crate::helpers::{enc, until_one_waits_on_a_lock, TestApp};
 use app::{
+    actions::sql::Actor,
     domain::{BillingPeriod, Me, Role},
-    ssr::{data::actions::Actor, period_close},
+    periods::rules as period_close,
 };
 
 /// The month before this one: ended, so it can be closed.

@@ -541,15 +541,11 @@ async fn a_reservation_cut_off_mid_call_is_swept_into_the_audit_log(pool: PgPool
     .await
     .unwrap();
     assert_eq!(
-        app::ssr::data::spend::sweep_abandoned(&pool, 120)
-            .await
-            .unwrap(),
+        app::keys::spend::sweep_abandoned(&pool, 120).await.unwrap(),
         1
     );
     assert_eq!(
-        app::ssr::data::spend::sweep_abandoned(&pool, 120)
-            .await
-            .unwrap(),
+        app::keys::spend::sweep_abandoned(&pool, 120).await.unwrap(),
         0,
         "swept once"
     );

@@ -4,7 +4,7 @@
 use chrono::{Duration, Utc};
 use sqlx::PgPool;
 
-use app::{domain::BillingPeriod, ssr::data::findings};
+use app::{domain::BillingPeriod, reconciliation::findings};
 
 const PERIOD: &str = "2026-07";
 
@@ -364,10 +364,7 @@ async fn operators_adopt_an_orphan_and_dismiss_a_duplicate_from_the_page(pool: P
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_finding_resolved_twice_at_once_is_resolved_once(pool: PgPool) {
-    use app::{
-        domain::Role,
-        ssr::{data::actions::Actor, reconciliation},
-    };
+    use app::{actions::sql::Actor, domain::Role, reconciliation::rules as reconciliation};
     let (_orphan, duplicate) = seeded(&pool).await;
     let app = crate::helpers::TestApp::new(pool.clone());
     let (a, b) = (

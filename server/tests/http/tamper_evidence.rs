@@ -71,13 +71,9 @@ async fn the_application_role_can_append_to_the_logs_and_nothing_more(owner: PgP
         let err = sqlx::query(statement).execute(&app).await.unwrap_err();
         assert_eq!(sql_state(err), "42501", "{statement}: only the owner may");
     }
-    let protection = app::ssr::data::audit_chain::log_protection(&app)
-        .await
-        .unwrap();
+    let protection = app::audit::chain_sql::log_protection(&app).await.unwrap();
     assert!(!protection.can_rewrite);
-    let owner_protection = app::ssr::data::audit_chain::log_protection(&owner)
-        .await
-        .unwrap();
+    let owner_protection = app::audit::chain_sql::log_protection(&owner).await.unwrap();
     assert!(
         owner_protection.can_rewrite,
         "the owner could, and is told so"

@@ -5,7 +5,7 @@ use sqlx::PgPool;
 use totp_rs::{Algorithm, TOTP};
 
 use crate::helpers::{enc, one_time_secret, TestApp, PASSWORD};
-use app::{domain::Role, ssr::data::actions::Actor};
+use app::{actions::sql::Actor, domain::Role};
 
 const EMAIL: &str = "approver@example.com";
 
@@ -242,7 +242,7 @@ async fn an_operator_who_lost_their_authenticator_is_reset_on_the_host(pool: PgP
             .await
             .unwrap();
     // What `vaultcap operator reset-two-factor --email …` runs.
-    app::ssr::second_factor::reset(&app.pool, Actor::Cli, id, "second_factor.reset")
+    app::operators::second_factor::reset(&app.pool, Actor::Cli, id, "second_factor.reset")
         .await
         .unwrap();
     app.sign_in(EMAIL).await;

@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context};
 use app::{
+    actions::sql::Actor,
     domain::{AuditQuery, Email, Role},
-    ssr::{accounts, data::actions::Actor},
+    operators::accounts,
 };
 use clap::Args;
 use sqlx::{PgPool, Postgres, QueryBuilder};
@@ -166,7 +167,7 @@ async fn time_page(
 async fn deep_cursor(pool: &PgPool, query: &str) -> anyhow::Result<Option<String>> {
     let filter = AuditQuery::from_pairs(form_urlencoded::parse(query.as_bytes())).parse()?;
     let mut sql = QueryBuilder::<Postgres>::new("SELECT a.at, a.id FROM audit_log a");
-    app::ssr::data::audit::push_filter(&mut sql, &filter);
+    app::audit::sql::push_filter(&mut sql, &filter);
     sql.push(" ORDER BY a.at DESC, a.id DESC OFFSET ")
         .push_bind(DEPTH)
         .push(" LIMIT 1");
@@ -217,7 +218,7 @@ async fn export(
     }
     .parse()?;
     // The same statement the export runs, through psql's own COPY client.
-    let copy_sql = app::ssr::data::audit::export_copy(&filter);
+    let copy_sql = app::audit::sql::export_copy(&filter);
     let started = Instant::now();
     let out = tokio::process::Command::new("psql")
         .arg(db.url())

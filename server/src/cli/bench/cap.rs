@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
 use app::{
     domain::VaultKeyId,
-    ssr::data::{spend, vault_keys::VaultKeyRow},
+    keys::{spend, sql::VaultKeyRow},
 };
 
 /// Every charge is for this many cents.

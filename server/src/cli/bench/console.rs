@@ -10,8 +10,10 @@ use std::{sync::Arc, time::Instant};
 
 use anyhow::{ensure, Context};
 use app::{
+    actions::sql::Actor,
     domain::{BillingPeriod, Email, Role},
-    ssr::{accounts, data::actions::Actor, AppState, AuthConfig, Reads},
+    operators::accounts,
+    ssr::{AppState, AuthConfig, Reads},
 };
 use axum::{body::Body, http::Request, Router};
 use clap::Args;

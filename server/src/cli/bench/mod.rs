@@ -18,9 +18,13 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use app::ssr::{
-    data::{actions::Actor, vault_keys::VaultKeyRow},
-    vault_keys::{self, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
+use app::{
+    actions::sql::Actor,
+    keys::{
+        rules as vault_keys,
+        rules::{NewVaultKey, DEFAULT_THRESHOLDS_PCT},
+        sql::VaultKeyRow,
+    },
 };
 use axum::{extract::State, http::HeaderMap, routing::post, Form, Json, Router};
 use clap::Subcommand;

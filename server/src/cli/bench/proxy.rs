@@ -19,7 +19,7 @@ use clap::Args;
 
 use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
 use crate::embedded_pg::EmbeddedPostgres;
-use app::ssr::data::vault_keys::VaultKeyRow;
+use app::keys::sql::VaultKeyRow;
 
 pub(super) const SCRIPT: &str = include_str!("charges.lua");
 

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use anyhow::ensure;
-use app::{domain::BillingPeriod, ssr::data::findings};
+use app::{domain::BillingPeriod, reconciliation::findings};
 use clap::Args;
 
 use super::BenchDatabase;
