@@ -13,7 +13,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use app::audit::{chain_sql as audit_chain, chain_sql::DayCheck};
+use app::{
+    audit::{chain_sql as audit_chain, chain_sql::DayCheck},
+    domain::Cents,
+};
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
@@ -36,7 +39,7 @@ pub struct ChainedRow {
     pub stripe_customer: Option<String>,
     pub metadata_customer_id: Option<String>,
     pub billing_period: Option<String>,
-    pub amount_cents: Option<i64>,
+    pub amount_cents: Option<Cents>,
     pub currency: Option<String>,
     pub idempotency_key: Option<String>,
     pub decision: String,
@@ -112,7 +115,10 @@ pub fn row_hash(prev: &[u8], row: &ChainedRow) -> [u8; 32] {
     field(&mut hash, row.stripe_customer.as_deref());
     field(&mut hash, row.metadata_customer_id.as_deref());
     field(&mut hash, row.billing_period.as_deref());
-    field(&mut hash, number(row.amount_cents).as_deref());
+    field(
+        &mut hash,
+        number(row.amount_cents.map(|cents| cents.0)).as_deref(),
+    );
     field(&mut hash, row.currency.as_deref());
     field(&mut hash, row.idempotency_key.as_deref());
     field(&mut hash, Some(&row.decision));
@@ -411,7 +417,7 @@ mod tests {
             stripe_customer: None,
             metadata_customer_id: Some("cus_1".into()),
             billing_period: Some("2026-12".into()),
-            amount_cents: Some(1_999),
+            amount_cents: Some(Cents(1_999)),
             currency: Some("usd".into()),
             idempotency_key: Some("k-1".into()),
             decision: "allowed".into(),
@@ -432,7 +438,7 @@ mod tests {
         let prev = genesis(row().chain_day);
         let original = row_hash(&prev, &row());
         let changes: Vec<fn(&mut ChainedRow)> = vec![
-            |r| r.amount_cents = Some(1_998),
+            |r| r.amount_cents = Some(Cents(1_998)),
             |r| r.amount_cents = None,
             |r| r.stripe_customer = Some(String::new()),
             |r| r.at += chrono::Duration::microseconds(1),

@@ -53,7 +53,10 @@ async fn books(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_restored_into_a_new_cluster_keeps_the_ledger_and_an_unbroken_audit_chain() {
     let db = BenchDatabase::start().await.unwrap();
-    let (secret, _key) = issue_keys(&db.pool, 1, 1_500).await.unwrap().remove(0);
+    let (secret, _key) = issue_keys(&db.pool, 1, app::domain::Cents(1_500))
+        .await
+        .unwrap()
+        .remove(0);
     let env = db.serve_env(&stripe_answering("ch_drill").await.unwrap());
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap"));
     let proxy = ServeProcess::start(binary, &env, &db.scratch().join("serve.log"))

@@ -97,7 +97,10 @@ async fn in_flight_at_sigterm(client_hangs_up: bool) {
     use tokio::sync::Notify;
 
     let db = BenchDatabase::start().await.unwrap();
-    let (secret, key) = issue_keys(&db.pool, 1, 10_000).await.unwrap().remove(0);
+    let (secret, key) = issue_keys(&db.pool, 1, app::domain::Cents(10_000))
+        .await
+        .unwrap()
+        .remove(0);
 
     // A Stripe that holds the charge until the test lets it answer.
     let (arrived, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
@@ -297,7 +300,10 @@ async fn sigterm_drains_readyz_answers_503_while_calls_are_still_served() {
     use server::cli::bench::{issue_keys, stripe_answering, BenchDatabase};
 
     let db = BenchDatabase::start().await.unwrap();
-    let (secret, _key) = issue_keys(&db.pool, 1, 10_000).await.unwrap().remove(0);
+    let (secret, _key) = issue_keys(&db.pool, 1, app::domain::Cents(10_000))
+        .await
+        .unwrap()
+        .remove(0);
     let mut env = db.serve_env(&stripe_answering("ch_drained").await.unwrap());
     env.push(("VAULTCAP_DRAIN_SECS", "3".to_owned()));
     let mut proxy = start_serve(&db, &env).await;

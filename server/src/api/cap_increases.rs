@@ -38,9 +38,11 @@ pub fn routes(routes: ApiRoutes) -> ApiRoutes {
 #[serde(deny_unknown_fields)]
 pub struct CreateRequest {
     #[serde(default)]
-    new_cap_cents: Option<i64>,
+    #[schema(value_type = Option<i64>)]
+    new_cap_cents: Option<Cents>,
     #[serde(default)]
-    additional_cents: Option<i64>,
+    #[schema(value_type = Option<i64>)]
+    additional_cents: Option<Cents>,
     /// Why the run needs more; the approver decides on it.
     reason: String,
     /// `raise_cap` (default) or `follow_on_key`.
@@ -50,12 +52,13 @@ pub struct CreateRequest {
 
 impl CreateRequest {
     fn parse(self) -> Result<Ask, ApiError> {
-        let amount = |name: &str, cents: i64| {
-            if (1..=MAX_CENTS).contains(&cents) {
-                Ok(Cents(cents))
+        let amount = |name: &str, cents: Cents| {
+            if (1..=MAX_CENTS).contains(&cents.0) {
+                Ok(cents)
             } else {
                 Err(ApiError::invalid(format!(
-                    "{name} {cents} must be a positive number of cents"
+                    "{name} {} must be a positive number of cents",
+                    cents.0
                 )))
             }
         };

@@ -67,14 +67,16 @@ pub struct CreateKey {
     #[serde(default)]
     billing_period: Option<String>,
     #[serde(default)]
-    expected_total_cents: Option<i64>,
+    #[schema(value_type = Option<i64>)]
+    expected_total_cents: Option<Cents>,
     /// Percent over the expected total (default 10).
     #[serde(default)]
     buffer_pct: Option<f64>,
     #[serde(default)]
     currency: Option<String>,
     #[serde(default)]
-    cap_cents: Option<i64>,
+    #[schema(value_type = Option<i64>)]
+    cap_cents: Option<Cents>,
     allowed_endpoints: Vec<String>,
     expires_at: String,
     /// What the proxy does with a second charge for a customer and period
@@ -125,12 +127,15 @@ impl CreateKey {
                     (Ok(Cents(expected as i64)), Some(cap))
                 }
                 (None, Some(expected), cap) => {
-                    let expected = if (0..=app::domain::MAX_CENTS).contains(&expected) {
-                        Ok(Cents(expected))
+                    let expected = if (0..=app::domain::MAX_CENTS).contains(&expected.0) {
+                        Ok(expected)
                     } else {
-                        Err(format!("expected_total_cents {expected} is out of range"))
+                        Err(format!(
+                            "expected_total_cents {} is out of range",
+                            expected.0
+                        ))
                     };
-                    (expected, cap.map(Cents))
+                    (expected, cap)
                 }
                 (None, None, _) => return Err(ApiError::invalid(
                     "give the cap as daily_usd_cap, or the expected total as expected_total_cents",

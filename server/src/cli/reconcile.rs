@@ -16,7 +16,7 @@ use crate::{
 pub struct ReconcileArgs {
     /// The billing period, YYYY-MM.
     #[arg(long)]
-    period: String,
+    period: BillingPeriod,
 
     /// Hours before the period starts and after it ends whose charges are
     /// synced too.
@@ -35,10 +35,7 @@ pub struct ReconcileArgs {
 }
 
 pub async fn run(args: ReconcileArgs) -> anyhow::Result<()> {
-    let period: BillingPeriod = args
-        .period
-        .parse()
-        .map_err(|err: app::domain::ParseError| anyhow::anyhow!("--period: {err}"))?;
+    let period = args.period;
     let Some(key) = args.stripe.stripe_secret_key.as_deref() else {
         anyhow::bail!("STRIPE_SECRET_KEY is not set: the sync needs the real Stripe key");
     };

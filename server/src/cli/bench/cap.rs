@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
 use app::{
-    domain::VaultKeyId,
+    domain::{Cents, VaultKeyId},
     keys::{spend, sql::VaultKeyRow},
 };
 
@@ -124,10 +124,10 @@ pub struct Report {
     pub in_flight_retries: usize,
     /// Distinct charges the fake Stripe made, and the money they took.
     pub upstream_charges: usize,
-    pub upstream_cents: i64,
-    pub cap_cents: i64,
-    pub spent_cents: i64,
-    pub reserved_cents: i64,
+    pub upstream_cents: Cents,
+    pub cap_cents: Cents,
+    pub spent_cents: Cents,
+    pub reserved_cents: Cents,
     pub audit_rows: i64,
     /// Charges (idempotency keys) with at least one audit row.
     pub audited_charges: i64,
@@ -231,8 +231,7 @@ impl Load {
     }
 
     async fn issue_key(&self, db: &BenchDatabase) -> anyhow::Result<(String, VaultKeyRow)> {
-        let cap_cents = self.admits as i64 * AMOUNT;
-        issue_keys(&db.pool, 1, cap_cents)
+        issue_keys(&db.pool, 1, Cents(self.admits as i64 * AMOUNT))
             .await?
             .pop()
             .context("a key was issued")
@@ -301,7 +300,7 @@ impl Load {
         // Reservations the killed processes left pending are recorded as
         // outcome unknown (what `serve` does for older ones at start-up).
         spend::sweep_abandoned(&db.pool, -3600).await?;
-        let (spent_cents, reserved_cents): (i64, i64) =
+        let (spent_cents, reserved_cents): (Cents, Cents) =
             sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
                 .bind(key)
                 .fetch_one(&db.pool)
@@ -360,8 +359,8 @@ impl Load {
             retries: tally.retries,
             in_flight_retries: tally.in_flight_retries,
             upstream_charges: charged.len(),
-            upstream_cents: charged.len() as i64 * AMOUNT,
-            cap_cents: self.admits as i64 * AMOUNT,
+            upstream_cents: Cents(charged.len() as i64 * AMOUNT),
+            cap_cents: Cents(self.admits as i64 * AMOUNT),
             spent_cents,
             reserved_cents,
             audit_rows,
@@ -374,6 +373,11 @@ impl Load {
 }
 
 impl Report {
+    /// What the ledger holds against the key: spent plus reserved.
+    fn accounted(&self) -> Cents {
+        Cents(self.spent_cents.0 + self.reserved_cents.0)
+    }
+
     pub fn print(&self, name: &str) {
         println!("\n{name}: {:.1} s", self.elapsed.as_secs_f64());
         println!(
@@ -387,11 +391,11 @@ impl Report {
         );
         println!(
             "  Stripe charged  {} charges, {} cents (cap {} cents)",
-            self.upstream_charges, self.upstream_cents, self.cap_cents
+            self.upstream_charges, self.upstream_cents.0, self.cap_cents.0
         );
         println!(
             "  ledger          spent {} + reserved {} cents",
-            self.spent_cents, self.reserved_cents
+            self.spent_cents.0, self.reserved_cents.0
         );
         println!(
             "  audit log       {} rows for {} of {} charges",
@@ -419,7 +423,7 @@ impl Report {
         );
         ensure!(self.upstream_charges == self.admits);
         ensure!(self.refused_cap == self.attempts - self.admits);
-        ensure!(self.spent_cents == self.cap_cents && self.reserved_cents == 0);
+        ensure!(self.spent_cents == self.cap_cents && self.reserved_cents == Cents(0));
         ensure!(
             self.audit_rows == self.attempts as i64,
             "{} audit rows for {} calls",
@@ -455,22 +459,22 @@ impl Report {
         ensure!(
             self.upstream_cents <= self.cap_cents,
             "Stripe took {} cents over a cap of {}",
-            self.upstream_cents,
-            self.cap_cents
+            self.upstream_cents.0,
+            self.cap_cents.0
         );
         ensure!(
-            self.upstream_cents <= self.spent_cents + self.reserved_cents,
+            self.upstream_cents <= self.accounted(),
             "Stripe took {} cents; the ledger accounts for {} spent + {} reserved",
-            self.upstream_cents,
-            self.spent_cents,
-            self.reserved_cents
+            self.upstream_cents.0,
+            self.spent_cents.0,
+            self.reserved_cents.0
         );
-        ensure!(self.spent_cents + self.reserved_cents <= self.cap_cents);
+        ensure!(self.accounted() <= self.cap_cents);
         ensure!(
             self.spent_cents <= self.upstream_cents,
             "the ledger counts {} cents spent; Stripe took {}",
-            self.spent_cents,
-            self.upstream_cents
+            self.spent_cents.0,
+            self.upstream_cents.0
         );
         ensure!(
             self.succeeded <= self.upstream_charges,

@@ -44,7 +44,7 @@ async fn measure(db: &BenchDatabase, args: &FleetBenchArgs) -> anyhow::Result<()
     let stripe = FakeStripe::default();
     let stripe_base = format!("http://{}", serve(stripe.router()).await?);
     // 100 keys with caps no run can reach.
-    let keys = issue_keys(&db.pool, 100, 1_000_000_000_000).await?;
+    let keys = issue_keys(&db.pool, 100, app::domain::Cents(1_000_000_000_000)).await?;
     let scratch = db.scratch();
     let keys_file = scratch.join("fleet.keys");
     write_keys(&keys_file, &keys)?;

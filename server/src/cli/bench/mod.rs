@@ -157,11 +157,11 @@ pub async fn stripe_answering(charge_id: &'static str) -> anyhow::Result<String>
     Ok(format!("http://{}", serve(stripe).await?))
 }
 
-/// `count` vault keys for `/v1/charges` in USD, each capped at `cap_cents`.
+/// `count` vault keys for `/v1/charges` in USD, each capped at `cap`.
 pub async fn issue_keys(
     pool: &PgPool,
     count: usize,
-    cap_cents: i64,
+    cap: app::domain::Cents,
 ) -> anyhow::Result<Vec<(String, VaultKeyRow)>> {
     let mut keys = Vec::with_capacity(count);
     for n in 0..count {
@@ -169,9 +169,9 @@ pub async fn issue_keys(
             label: format!("bench-{n}"),
             billing_period: app::domain::BillingPeriod::containing(chrono::Utc::now()),
             currency: app::domain::Currency::usd(),
-            expected_total: app::domain::Cents(cap_cents),
+            expected_total: cap,
             buffer_bps: 0,
-            cap: app::domain::Cents(cap_cents),
+            cap,
             allowed_endpoints: vec![app::domain::EndpointPattern::parse("/v1/charges")?],
             expires_at: chrono::Utc::now() + chrono::Duration::hours(1),
             alert_thresholds_pct: DEFAULT_THRESHOLDS_PCT.to_vec(),

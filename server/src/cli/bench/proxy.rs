@@ -19,6 +19,7 @@ use clap::Args;
 
 use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
 use crate::embedded_pg::EmbeddedPostgres;
+use app::domain::Cents;
 use app::keys::sql::VaultKeyRow;
 
 pub(super) const SCRIPT: &str = include_str!("charges.lua");
@@ -158,7 +159,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     let stripe = FakeStripe::default();
     let stripe_base = format!("http://{}", serve(stripe.router()).await?);
     // Caps no run can reach.
-    let keys = issue_keys(&db.pool, 101, 1_000_000_000_000).await?;
+    let keys = issue_keys(&db.pool, 101, app::domain::Cents(1_000_000_000_000)).await?;
     let (hot, spread) = keys.split_first().context("keys were issued")?;
     let scratch = db.scratch();
     let hot_file = scratch.join("hot.keys");
@@ -637,11 +638,11 @@ pub(super) struct Books {
     stripe_charges: i64,
     settled: i64,
     open: i64,
-    spent_cents: i64,
+    spent: Cents,
 }
 
 pub(super) async fn books(db: &BenchDatabase, stripe: &FakeStripe) -> anyhow::Result<Books> {
-    let (settled, open, spent_cents): (i64, i64, i64) = sqlx::query_as(
+    let (settled, open, spent): (i64, i64, Cents) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE state = 'settled'),
                 count(*) FILTER (WHERE state IN ('pending', 'outcome_unknown')),
                 (SELECT coalesce(sum(spent_cents), 0)::bigint FROM vault_keys)
@@ -659,7 +660,7 @@ pub(super) async fn books(db: &BenchDatabase, stripe: &FakeStripe) -> anyhow::Re
         stripe_charges: proxied as i64,
         settled,
         open,
-        spent_cents,
+        spent,
     })
 }
 
@@ -667,13 +668,13 @@ impl Books {
     pub(super) fn balanced(&self) -> bool {
         self.stripe_charges == self.settled
             && self.open == 0
-            && self.spent_cents == self.settled * 100
+            && self.spent == Cents(self.settled * 100)
     }
 
     pub(super) fn summary(&self) -> String {
         format!(
             "charges Stripe made {}, reservations settled {}, left open {}, spent {} cents (100 each)",
-            self.stripe_charges, self.settled, self.open, self.spent_cents
+            self.stripe_charges, self.settled, self.open, self.spent.0
         )
     }
 }
