@@ -1,14 +1,13 @@
 //! The Alerts page's forms: acknowledge, assign, snooze (operator role).
 
 use axum::{
-    extract::{rejection::FormRejection, Path, State},
+    extract::{Path, State},
     response::Response,
-    Form,
 };
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::forms::{readable, Failure, Page};
+use super::forms::{ConsoleForm, Failure, Page, PageForm};
 use super::guard::Operator;
 use app::{
     alerts::{sql as alerts, sql::AlertChangeError},
@@ -22,6 +21,18 @@ const PAGE: Page = Page {
     path: "/alerts",
     gone: "That alert no longer exists.",
 };
+
+impl PageForm for AckForm {
+    const PAGE: Page = PAGE;
+}
+
+impl PageForm for AssignForm {
+    const PAGE: Page = PAGE;
+}
+
+impl PageForm for SnoozeForm {
+    const PAGE: Page = PAGE;
+}
 
 #[derive(Debug, Deserialize)]
 pub struct AckForm {
@@ -56,10 +67,9 @@ pub async fn acknowledge(
     Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<AlertId>,
-    form: Result<Form<AckForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<AckForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         let note = form.note.trim();
         if note.chars().count() > 2000 {
             return Err(
@@ -82,10 +92,9 @@ pub async fn assign(
     Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<AlertId>,
-    form: Result<Form<AssignForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<AssignForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         let assignee = match form.operator.trim() {
             "" => None,
             raw => {
@@ -120,10 +129,9 @@ pub async fn snooze(
     Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<AlertId>,
-    form: Result<Form<SnoozeForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<SnoozeForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         let hours: i64 = match form.hours.trim().parse() {
             Ok(hours) if (1..=168).contains(&hours) => hours,
             _ => {

@@ -10,7 +10,7 @@ use axum::{
 };
 use tower_sessions::Session;
 
-use super::forms::{readable, redirect_with, Failure, Page};
+use super::forms::{readable, redirect_with, ConsoleForm, Failure, Page, PageForm};
 use super::guard::Operator;
 use app::{
     cap_increases::{
@@ -107,6 +107,10 @@ const APPROVALS: Page = Page {
     gone: "That request no longer exists.",
 };
 
+impl PageForm for DecideForm {
+    const PAGE: Page = APPROVALS;
+}
+
 #[derive(Debug, serde::Deserialize)]
 pub struct DecideForm {
     #[serde(default)]
@@ -149,10 +153,9 @@ pub async fn decide_key(
     Operator { me, ip, .. }: Operator,
     session: Session,
     Path(id): Path<KeyRequestId>,
-    form: Result<Form<DecideForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<DecideForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         let verdict = form.confirmed_verdict(&format!("key request #{id}"))?;
         let request =
             key_requests::decide(&state.pool, &me, ip, id, verdict, &form.note).await?;
@@ -178,10 +181,9 @@ pub async fn decide(
     Operator { me, ip, .. }: Operator,
     session: Session,
     Path(id): Path<CapIncreaseId>,
-    form: Result<Form<DecideForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<DecideForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         let verdict = form.confirmed_verdict(&format!("request #{id}"))?;
         let decided =
             cap_increases::decide(&state.pool, &me, ip, id, verdict, &form.note).await?;

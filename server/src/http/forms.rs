@@ -4,11 +4,12 @@
 //! check happens before a handler runs (see `guard`).
 
 use axum::{
-    extract::rejection::FormRejection,
+    extract::{rejection::FormRejection, FromRequest, FromRequestParts, Request},
     http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Redirect, Response},
     Form,
 };
+use serde::de::DeserializeOwned;
 use tower_sessions::Session;
 
 use super::error::HttpError;
@@ -49,6 +50,37 @@ pub fn readable<T>(form: Result<Form<T>, FormRejection>) -> Result<T, Failure> {
             "the form could not be read: {}",
             rejection.body_text()
         )))),
+    }
+}
+
+/// A form that belongs to one page: where the operator is sent back to
+/// when the form cannot be read.
+pub trait PageForm {
+    const PAGE: Page;
+}
+
+/// A console form, read. A form that cannot be read never reaches the
+/// handler: the operator is sent back to its page with the reason (an
+/// oversized body keeps its 413), so a handler shows only what it decides.
+pub struct ConsoleForm<T>(pub T);
+
+impl<S, T> FromRequest<S> for ConsoleForm<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + PageForm + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let session = Session::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let form = Form::<T>::from_request(Request::from_parts(parts, body), state).await;
+        match readable(form) {
+            Ok(form) => Ok(Self(form)),
+            Err(failure) => Err(T::PAGE.back_with(&session, Err(failure)).await),
+        }
     }
 }
 

@@ -2,15 +2,14 @@
 //! call into `accounts`, and redirects back with a notice (post/redirect/get).
 
 use axum::{
-    extract::{rejection::FormRejection, Path, State},
+    extract::{Path, State},
     http::{header, HeaderMap},
     response::Response,
-    Form,
 };
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::forms::{readable, Page};
+use super::forms::{ConsoleForm, Page, PageForm};
 use super::guard::Operator;
 use app::{
     domain::{Email, Notice, Role},
@@ -22,6 +21,18 @@ const PAGE: Page = Page {
     path: "/operators",
     gone: "That operator no longer exists.",
 };
+
+impl PageForm for AddForm {
+    const PAGE: Page = PAGE;
+}
+
+impl PageForm for RoleForm {
+    const PAGE: Page = PAGE;
+}
+
+impl PageForm for DisabledForm {
+    const PAGE: Page = PAGE;
+}
 
 #[derive(Debug, Deserialize)]
 pub struct AddForm {
@@ -53,10 +64,9 @@ pub async fn add(
     Operator { actor, .. }: Operator,
     headers: HeaderMap,
     session: Session,
-    form: Result<Form<AddForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<AddForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         let email = Email::parse(&form.email)?;
         let role: Role = form.role.parse()?;
         let (operator, token) = accounts::invite_operator(&state.pool, actor, &email, role).await?;
@@ -78,10 +88,9 @@ pub async fn change_role(
     Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<app::domain::OperatorId>,
-    form: Result<Form<RoleForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<RoleForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         let role: Role = form.role.parse()?;
         let operator = accounts::change_role(&state.pool, actor, id, role).await?;
         Ok(Notice::success(format!(
@@ -98,10 +107,9 @@ pub async fn set_disabled(
     Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<app::domain::OperatorId>,
-    form: Result<Form<DisabledForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<DisabledForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         let operator = accounts::set_disabled(&state.pool, actor, id, form.disabled).await?;
         let verb = if form.disabled { "disabled" } else { "enabled" };
         Ok(Notice::success(format!("{} is {verb}.", operator.email)))

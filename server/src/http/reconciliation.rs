@@ -2,9 +2,9 @@
 //! charge, dismiss a finding with a reason. Back to the page with a notice.
 
 use axum::{
-    extract::{rejection::FormRejection, Path, State},
+    extract::{Path, State},
     response::Response,
-    Extension, Form,
+    Extension,
 };
 use serde::Deserialize;
 use tower_sessions::Session;
@@ -12,7 +12,7 @@ use tower_sessions::Session;
 use super::guard::Operator;
 use super::{
     busy::{Busy, HeavyWork},
-    forms::{readable, Failure, Page},
+    forms::{ConsoleForm, Failure, Page, PageForm},
 };
 use app::{
     actions::{sql as actions, sql::Actor},
@@ -46,6 +46,14 @@ const PAGE: Page = Page {
     path: "/reconciliation",
     gone: "That finding no longer exists.",
 };
+
+impl PageForm for FindingForm {
+    const PAGE: Page = PAGE;
+}
+
+impl PageForm for BulkForm {
+    const PAGE: Page = PAGE;
+}
 
 /// The form's fields: the page's period (where to go back to) and, to
 /// dismiss, the reason.
@@ -83,28 +91,13 @@ impl FindingForm {
     }
 }
 
-/// The form, or the response refusing a form that cannot be read.
-async fn read_form<F>(
-    session: &Session,
-    form: Result<Form<F>, FormRejection>,
-) -> Result<F, Response> {
-    match readable(form) {
-        Ok(form) => Ok(form),
-        Err(failure) => Err(PAGE.back_with(session, Err(failure)).await),
-    }
-}
-
 pub async fn adopt(
     State(state): State<AppState>,
     Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<FindingId>,
-    form: Result<Form<FindingForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<FindingForm>,
 ) -> Response {
-    let form = match read_form(&session, form).await {
-        Ok(form) => form,
-        Err(refused) => return refused,
-    };
     let outcome = reconciliation::adopt(&state.pool, actor, id)
         .await
         .map(|finding| {
@@ -123,12 +116,8 @@ pub async fn dismiss(
     Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<FindingId>,
-    form: Result<Form<FindingForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<FindingForm>,
 ) -> Response {
-    let form = match read_form(&session, form).await {
-        Ok(form) => form,
-        Err(refused) => return refused,
-    };
     let outcome = reconciliation::dismiss(&state.pool, actor, id, &form.reason)
         .await
         .map(|finding| {
@@ -146,12 +135,8 @@ pub async fn attribute(
     Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<FindingId>,
-    form: Result<Form<FindingForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<FindingForm>,
 ) -> Response {
-    let form = match read_form(&session, form).await {
-        Ok(form) => form,
-        Err(refused) => return refused,
-    };
     let outcome = match form.vault_key_id.trim().parse::<i64>() {
         Err(_) => Err(AppError::Invalid(
             "choose the vault key the charge belongs to".into(),
@@ -186,12 +171,8 @@ pub async fn sync(
     Extension(heavy): Extension<HeavyWork>,
     Operator { actor, .. }: Operator,
     session: Session,
-    form: Result<Form<FindingForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<FindingForm>,
 ) -> Response {
-    let form = match read_form(&session, form).await {
-        Ok(form) => form,
-        Err(refused) => return refused,
-    };
     let outcome = async {
         let period: BillingPeriod = form.period.parse()?;
         let client = Stripe(client).or_refuse("sync")?;
@@ -250,12 +231,8 @@ pub async fn refund(
     Operator { actor, .. }: Operator,
     session: Session,
     Path(id): Path<FindingId>,
-    form: Result<Form<FindingForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<FindingForm>,
 ) -> Response {
-    let form = match read_form(&session, form).await {
-        Ok(form) => form,
-        Err(refused) => return refused,
-    };
     let outcome = async {
         if form.confirm.as_deref() != Some("yes") {
             return Err(AppError::Invalid(
@@ -307,12 +284,8 @@ pub async fn bulk(
     Extension(Stripe(client)): Extension<Stripe>,
     Operator { actor, .. }: Operator,
     session: Session,
-    form: Result<Form<BulkForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<BulkForm>,
 ) -> Response {
-    let form = match read_form(&session, form).await {
-        Ok(form) => form,
-        Err(refused) => return refused,
-    };
     // Back to the filtered list the preview came from.
     let back = FindingFilter::parse(
         Some(&form.period),

@@ -1,15 +1,11 @@
 //! The two-factor page's forms (approvers and admins, for themselves): set
 //! up an authenticator, confirm it with its first code, turn it off.
 
-use axum::{
-    extract::{rejection::FormRejection, State},
-    response::Response,
-    Extension, Form,
-};
+use axum::{extract::State, response::Response, Extension};
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::forms::{readable, Page};
+use super::forms::{ConsoleForm, Page, PageForm};
 use super::guard::Operator;
 use app::{
     domain::{Me, Notice},
@@ -21,6 +17,10 @@ const PAGE: Page = Page {
     path: "/account/two-factor",
     gone: "Your account no longer exists.",
 };
+
+impl PageForm for CodeForm {
+    const PAGE: Page = PAGE;
+}
 
 #[derive(Debug, Deserialize)]
 pub struct CodeForm {
@@ -47,10 +47,9 @@ pub async fn confirm(
     State(state): State<AppState>,
     Operator { me, ip, .. }: Operator,
     session: Session,
-    form: Result<Form<CodeForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<CodeForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         let codes = second_factor::confirm(&state.pool, &me, &form.code, ip).await?;
         Ok(Notice::success(
             "Two-factor sign-in is on: from now on, sign-in asks for a code from your \
@@ -67,10 +66,9 @@ pub async fn turn_off(
     State(state): State<AppState>,
     Operator { me, ip, .. }: Operator,
     session: Session,
-    form: Result<Form<CodeForm>, FormRejection>,
+    ConsoleForm(form): ConsoleForm<CodeForm>,
 ) -> Response {
     let outcome = async {
-        let form = readable(form)?;
         second_factor::disable(&state.pool, state.auth.throttle, &me, &form.code, ip).await?;
         Ok(Notice::success(
             "Two-factor sign-in is off: sign-in asks for your password only.",

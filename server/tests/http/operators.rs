@@ -316,3 +316,15 @@ async fn the_first_start_creates_one_admin_and_later_starts_none(pool: PgPool) {
         .unwrap();
     assert_eq!(admins, vec![("admin@localhost".into(), "admin".into())]);
 }
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn an_oversized_console_form_keeps_its_413_rather_than_a_redirect(pool: PgPool) {
+    let app = TestApp::new(pool);
+    let cookie = app.signed_in("root@example.com", Role::Admin).await;
+    let huge = format!(
+        "email=a%40b.com&role={}",
+        "x".repeat(server::http::MAX_FORM_BODY + 1)
+    );
+    let response = app.post_form("/operators", &huge, Some(&cookie)).await;
+    assert_eq!(response.status, StatusCode::PAYLOAD_TOO_LARGE);
+}
