@@ -7,7 +7,7 @@ use axum::{
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::forms::{ConsoleForm, Failure, Page, PageForm};
+use super::forms::{page_forms, ConsoleForm, Failure, Page};
 use super::guard::Operator;
 use app::{
     alerts::{sql as alerts, sql::AlertChangeError},
@@ -22,17 +22,7 @@ const PAGE: Page = Page {
     gone: "That alert no longer exists.",
 };
 
-impl PageForm for AckForm {
-    const PAGE: Page = PAGE;
-}
-
-impl PageForm for AssignForm {
-    const PAGE: Page = PAGE;
-}
-
-impl PageForm for SnoozeForm {
-    const PAGE: Page = PAGE;
-}
+page_forms!(PAGE: AckForm, AssignForm, SnoozeForm);
 
 #[derive(Debug, Deserialize)]
 pub struct AckForm {

@@ -10,7 +10,7 @@ use axum::{
 };
 use tower_sessions::Session;
 
-use super::forms::{readable, redirect_with, ConsoleForm, Failure, Page, PageForm};
+use super::forms::{page_forms, readable, redirect_with, ConsoleForm, Failure, Page};
 use super::guard::Operator;
 use app::{
     cap_increases::{
@@ -107,9 +107,7 @@ const APPROVALS: Page = Page {
     gone: "That request no longer exists.",
 };
 
-impl PageForm for DecideForm {
-    const PAGE: Page = APPROVALS;
-}
+page_forms!(APPROVALS: DecideForm);
 
 #[derive(Debug, serde::Deserialize)]
 pub struct DecideForm {

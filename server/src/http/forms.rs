@@ -59,6 +59,17 @@ pub trait PageForm {
     const PAGE: Page;
 }
 
+/// Names the page each of the form types given belongs to:
+/// `page_forms!(PAGE: AckForm, SnoozeForm);`.
+macro_rules! page_forms {
+    ($page:ident: $($form:ty),+ $(,)?) => {
+        $(impl $crate::http::forms::PageForm for $form {
+            const PAGE: $crate::http::forms::Page = $page;
+        })+
+    };
+}
+pub(crate) use page_forms;
+
 /// A console form, read. A form that cannot be read never reaches the
 /// handler: the operator is sent back to its page with the reason (an
 /// oversized body keeps its 413), so a handler shows only what it decides.

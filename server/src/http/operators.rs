@@ -9,7 +9,7 @@ use axum::{
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::forms::{ConsoleForm, Page, PageForm};
+use super::forms::{page_forms, ConsoleForm, Page};
 use super::guard::Operator;
 use app::{
     domain::{Email, Notice, Role},
@@ -22,17 +22,7 @@ const PAGE: Page = Page {
     gone: "That operator no longer exists.",
 };
 
-impl PageForm for AddForm {
-    const PAGE: Page = PAGE;
-}
-
-impl PageForm for RoleForm {
-    const PAGE: Page = PAGE;
-}
-
-impl PageForm for DisabledForm {
-    const PAGE: Page = PAGE;
-}
+page_forms!(PAGE: AddForm, RoleForm, DisabledForm);
 
 #[derive(Debug, Deserialize)]
 pub struct AddForm {

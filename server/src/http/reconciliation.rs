@@ -12,7 +12,7 @@ use tower_sessions::Session;
 use super::guard::Operator;
 use super::{
     busy::{Busy, HeavyWork},
-    forms::{ConsoleForm, Failure, Page, PageForm},
+    forms::{page_forms, ConsoleForm, Failure, Page},
 };
 use app::{
     actions::{sql as actions, sql::Actor},
@@ -47,13 +47,7 @@ const PAGE: Page = Page {
     gone: "That finding no longer exists.",
 };
 
-impl PageForm for FindingForm {
-    const PAGE: Page = PAGE;
-}
-
-impl PageForm for BulkForm {
-    const PAGE: Page = PAGE;
-}
+page_forms!(PAGE: FindingForm, BulkForm);
 
 /// The form's fields: the page's period (where to go back to) and, to
 /// dismiss, the reason.

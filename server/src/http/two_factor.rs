@@ -5,7 +5,7 @@ use axum::{extract::State, response::Response, Extension};
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::forms::{ConsoleForm, Page, PageForm};
+use super::forms::{page_forms, ConsoleForm, Page};
 use super::guard::Operator;
 use app::{
     domain::{Me, Notice},
@@ -18,9 +18,7 @@ const PAGE: Page = Page {
     gone: "Your account no longer exists.",
 };
 
-impl PageForm for CodeForm {
-    const PAGE: Page = PAGE;
-}
+page_forms!(PAGE: CodeForm);
 
 #[derive(Debug, Deserialize)]
 pub struct CodeForm {
