@@ -27,7 +27,7 @@ use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 use sqlx::{postgres::PgConnectOptions, ConnectOptions, Connection, PgConnection};
 
-use app::actions::{sql as actions, sql::Actor};
+use app::actions::sql::{self as actions, Actor};
 
 /// A partition archived: where, how many rows, and the file's checksum.
 #[derive(Debug)]

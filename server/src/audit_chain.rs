@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use app::{
-    audit::{chain_sql as audit_chain, chain_sql::DayCheck},
+    audit::chain_sql::{self as audit_chain, DayCheck},
     domain::Cents,
 };
 use chrono::{DateTime, NaiveDate, Utc};

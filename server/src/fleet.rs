@@ -10,7 +10,7 @@
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use app::actions::{sql as actions, sql::Actor};
+use app::actions::sql::{self as actions, Actor};
 
 use crate::config::ServeArgs;
 

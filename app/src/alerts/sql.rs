@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
 
-use crate::actions::{sql as actions, sql::Actor};
+use crate::actions::sql::{self as actions, Actor};
 pub use crate::domain::{Alert, AlertState};
 use crate::domain::{AlertId, OperatorId, VaultKeyId};
 

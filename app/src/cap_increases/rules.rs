@@ -8,9 +8,12 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::{
-    actions::{sql as actions, sql::Actor},
-    cap_increases::{sql as cap_increases, sql::NewRequest},
-    keys::{rules as vault_keys, rules::NewVaultKey, sql as key_rows, sql::VaultKeyRow},
+    actions::sql::{self as actions, Actor},
+    cap_increases::sql::{self as cap_increases, NewRequest},
+    keys::{
+        rules::{self as vault_keys, NewVaultKey},
+        sql::{self as key_rows, VaultKeyRow},
+    },
     ssr::CapIncreaseRules,
 };
 use crate::{

@@ -9,10 +9,13 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     cap_increases::rules::{decision_note, not_their_own, Verdict},
     key_requests::sql as key_requests,
-    keys::{rules as vault_keys, rules::NewVaultKey, sql::VaultKeyRow},
+    keys::{
+        rules::{self as vault_keys, NewVaultKey},
+        sql::VaultKeyRow,
+    },
     operators::sql as operators,
     ssr::secrets::Secret,
 };

@@ -6,11 +6,8 @@ use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 
 use crate::{
-    actions::{sql as actions, sql::Actor},
-    keys::{
-        sql as vault_keys,
-        sql::{NewKeyRow, VaultKeyRow},
-    },
+    actions::sql::{self as actions, Actor},
+    keys::sql::{self as vault_keys, NewKeyRow, VaultKeyRow},
     ssr::secrets::Secret,
 };
 use crate::{

@@ -9,12 +9,12 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     operators::{
         auth::{check_password_strength, generate_password, hash_password, Busy, PasswordChecks},
         login_failures::{self, Attempt},
-        second_factor, sql as operators,
-        sql::{InsertError, OperatorRow},
+        second_factor,
+        sql::{self as operators, InsertError, OperatorRow},
     },
     ssr::{secrets, AuthConfig},
 };

@@ -17,7 +17,7 @@ use sqlx::PgPool;
 use totp_rs::{Algorithm, TOTP};
 
 use crate::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     operators::{
         login_failures::{self, Attempt, Limits},
         sql::OperatorRow,

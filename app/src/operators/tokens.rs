@@ -7,8 +7,8 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::{
-    actions::{sql as actions, sql::Actor},
-    operators::{tokens_sql as api_tokens, tokens_sql::NewApiToken},
+    actions::sql::{self as actions, Actor},
+    operators::tokens_sql::{self as api_tokens, NewApiToken},
     ssr::secrets::Secret,
 };
 use crate::{

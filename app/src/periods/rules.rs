@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
 use crate::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     periods::sql as period_closes,
 };
 use crate::{

@@ -6,7 +6,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     reconciliation::findings,
 };
 use crate::{

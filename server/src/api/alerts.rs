@@ -12,10 +12,7 @@ use serde::Deserialize;
 
 use super::{ApiError, ApiErrorBody, ApiRoutes, ApiToken};
 use app::{
-    alerts::{
-        sql as alerts,
-        sql::{Alert, AlertChangeError, AlertState},
-    },
+    alerts::sql::{self as alerts, Alert, AlertChangeError, AlertState},
     domain::{AlertId, ApiScope, Cents, Currency, VaultKeyId},
     ssr::AppState,
 };

@@ -13,8 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::{ApiError, ApiErrorBody, ApiJson, ApiRoutes, ApiToken};
 use app::{
     cap_increases::{
-        rules as cap_increases,
-        rules::{Ask, Target},
+        rules::{self as cap_increases, Ask, Target},
         sql as requests,
     },
     domain::{

@@ -21,12 +21,13 @@ use app::{
         KeyRequestId, ParseError, RequestState, VaultKeyId,
     },
     error::AppError,
-    key_requests::{rules as key_requests, rules::Outcome, sql as key_request_rows},
+    key_requests::{
+        rules::{self as key_requests, Outcome},
+        sql as key_request_rows,
+    },
     keys::{
-        rules as vault_keys,
-        rules::{KeyFields, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
-        sql as key_rows,
-        sql::VaultKeyRow,
+        rules::{self as vault_keys, KeyFields, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
+        sql::{self as key_rows, VaultKeyRow},
     },
     ssr::AppState,
 };

@@ -22,10 +22,10 @@ use serde_json::json;
 
 use crate::http::ClientIp;
 use app::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     domain::ApiScope,
     error::AppError,
-    operators::{tokens_sql as api_tokens, tokens_sql::Presented},
+    operators::tokens_sql::{self as api_tokens, Presented},
     ssr::{secrets, AppState},
 };
 

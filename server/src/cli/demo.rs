@@ -7,7 +7,7 @@
 //! twice: rows that exist are kept.
 
 use app::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     domain::BillingPeriod,
 };
 use chrono::{DateTime, Utc};

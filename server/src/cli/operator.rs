@@ -2,7 +2,7 @@ use std::io::BufRead;
 
 use anyhow::Context;
 use app::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     domain::{Email, Role},
     operators::{
         accounts,

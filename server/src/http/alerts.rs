@@ -10,7 +10,7 @@ use tower_sessions::Session;
 use super::forms::{page_forms, ConsoleForm, Failure, Page};
 use super::guard::Operator;
 use app::{
-    alerts::{sql as alerts, sql::AlertChangeError},
+    alerts::sql::{self as alerts, AlertChangeError},
     domain::{AlertId, Notice, OperatorId, Role},
     error::AppError,
     operators::sql as operators,

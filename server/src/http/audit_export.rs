@@ -29,7 +29,7 @@ use super::{
 };
 use crate::api::{ApiError, ApiToken};
 use app::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     audit::{csv as audit_csv, sql as audit},
     domain::{AuditFilter, AuditQuery},
     error::AppError,

@@ -13,10 +13,7 @@ use tower_sessions::Session;
 use super::forms::{page_forms, readable, redirect_with, ConsoleForm, Failure, Page};
 use super::guard::Operator;
 use app::{
-    cap_increases::{
-        rules as cap_increases,
-        rules::{Ask, Target, Verdict},
-    },
+    cap_increases::rules::{self as cap_increases, Ask, Target, Verdict},
     domain::{ApplyAs, CapIncreaseDraft, CapIncreaseId, Cents, KeyRequestId, Notice, VaultKeyId},
     error::AppError,
     key_requests::rules as key_requests,

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::{client_ip::ClientIp, error::HttpError};
 use app::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     domain::{Me, Role},
     error::AppError,
     ssr::AppState,

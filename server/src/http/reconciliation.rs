@@ -15,7 +15,7 @@ use super::{
     forms::{page_forms, ConsoleForm, Failure, Page},
 };
 use app::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     domain::{
         at_risk_by_currency, counted, money_text, BillingPeriod, BulkAction, Finding,
         FindingFilter, FindingId, Notice, MAX_BULK,

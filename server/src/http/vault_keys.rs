@@ -20,7 +20,7 @@ use super::{
 use app::{
     domain::{DuplicatePolicy, KeyDraft, Notice, VaultKeyId},
     error::AppError,
-    key_requests::{rules as key_requests, rules::Outcome},
+    key_requests::rules::{self as key_requests, Outcome},
     keys::rules as vault_keys,
     ssr::{flash, AppState},
 };

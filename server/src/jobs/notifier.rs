@@ -19,7 +19,7 @@ use serde_json::json;
 use sqlx::{postgres::PgListener, PgPool};
 
 use app::{
-    alerts::{sql as alerts, sql::Alert},
+    alerts::sql::{self as alerts, Alert},
     cap_increases::sql as cap_increases,
     domain::{AlertId, CapIncrease, CapIncreaseId, Finding, FindingId, PeriodClose},
     periods::sql as period_closes,

@@ -15,7 +15,7 @@ use sqlx::PgPool;
 
 use app::{
     domain::EndpointPattern,
-    keys::{sql as vault_keys, sql::VaultKeyRow},
+    keys::sql::{self as vault_keys, VaultKeyRow},
 };
 
 /// How long a looked-up key is reused for charges.

@@ -9,7 +9,7 @@ use chrono::Utc;
 use sqlx::PgPool;
 
 use app::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     domain::BillingPeriod,
     keys::spend,
     reconciliation::{findings, stripe_charges},

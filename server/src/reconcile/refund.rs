@@ -16,7 +16,7 @@ use stripe_core::{
 };
 
 use app::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     domain::{Finding, FindingId, FindingKind},
     error::AppError,
     reconciliation::{findings, stripe_charges},

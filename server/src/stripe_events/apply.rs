@@ -7,7 +7,7 @@ use sqlx::PgPool;
 
 use super::verify::{About, Received};
 use app::{
-    actions::{sql as actions, sql::Actor},
+    actions::sql::{self as actions, Actor},
     keys::spend,
     reconciliation::stripe_charges,
 };

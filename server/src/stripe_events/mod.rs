@@ -25,7 +25,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::http::ClientIp;
-use app::actions::{sql as actions, sql::Actor};
+use app::actions::sql::{self as actions, Actor};
 pub use verify::WebhookSecrets;
 
 /// Stripe's events are small; a body beyond this is not one.

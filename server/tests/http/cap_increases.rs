@@ -12,7 +12,7 @@ use crate::{
     proxy::{proxy_with_key, CHARGE},
 };
 use app::{
-    cap_increases::{rules as cap_increases, rules::Verdict},
+    cap_increases::rules::{self as cap_increases, Verdict},
     domain::{Me, Role},
     error::AppError,
 };

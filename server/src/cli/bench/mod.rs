@@ -21,8 +21,7 @@ use anyhow::{bail, Context};
 use app::{
     actions::sql::Actor,
     keys::{
-        rules as vault_keys,
-        rules::{NewVaultKey, DEFAULT_THRESHOLDS_PCT},
+        rules::{self as vault_keys, NewVaultKey, DEFAULT_THRESHOLDS_PCT},
         sql::VaultKeyRow,
     },
 };
