@@ -35,6 +35,7 @@ pub use crate::keys::draft::{
 pub use crate::keys::list::{
     CallSummary, DecisionCount, KeyDetail, KeyFilter, KeyList, KeyQuery, KeySort, KEYS_PER_PAGE,
 };
+pub use crate::keys::{KeyStatus, KeySummary};
 pub use crate::operators::api_scope::{
     parse_token_ceiling, parse_token_days, ApiScope, ApiTokenSummary, TokenStatus,
     DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS,
@@ -42,6 +43,7 @@ pub use crate::operators::api_scope::{
 pub use crate::operators::email::Email;
 pub use crate::operators::role::Role;
 pub use crate::operators::two_factor::{Enrollment, TwoFactorView};
+pub use crate::operators::OperatorSummary;
 pub use crate::periods::{
     PeriodClose, PeriodCloseView, PeriodMoney, PeriodReport, PeriodState, PeriodStatus,
     ReportCapIncrease, ReportFinding, ReportKey,
@@ -121,63 +123,6 @@ impl Notice {
     pub fn with_secret(mut self, secret: String) -> Self {
         self.secret = Some(secret);
         self
-    }
-}
-
-/// An operator as the Operators page lists them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OperatorSummary {
-    pub id: OperatorId,
-    pub email: String,
-    pub role: Role,
-    pub disabled: bool,
-    pub created_at: chrono::DateTime<chrono::Utc>,
-}
-
-/// Whether a vault key can still be used, derived from its revocation and
-/// expiry (never stored, so it cannot go stale).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyStatus {
-    Active,
-    Revoked,
-    Expired,
-}
-
-impl KeyStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyStatus::Active => "active",
-            KeyStatus::Revoked => "revoked",
-            KeyStatus::Expired => "expired",
-        }
-    }
-}
-
-/// A vault key as lists show it (never its secret: only the prefix).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeySummary {
-    pub id: VaultKeyId,
-    pub label: String,
-    pub secret_prefix: String,
-    pub billing_period: BillingPeriod,
-    pub currency: Currency,
-    pub expected_total: Cents,
-    pub cap: Cents,
-    pub spent: Cents,
-    pub reserved: Cents,
-    pub status: KeyStatus,
-    /// As milliseconds: the browser bundle then needs no date parser.
-    #[serde(with = "chrono::serde::ts_milliseconds")]
-    pub expires_at: chrono::DateTime<chrono::Utc>,
-    /// Utilization percentages that raise an alert, ascending.
-    pub thresholds_pct: Vec<i16>,
-}
-
-impl KeySummary {
-    /// `(spent + reserved) / cap` in whole percent, rounded down.
-    pub fn utilization_pct(&self) -> i64 {
-        Cents(self.spent.0 + self.reserved.0).percent_of(self.cap)
     }
 }
 

@@ -20,3 +20,17 @@ pub mod tokens;
 #[cfg(feature = "ssr")]
 pub mod tokens_sql;
 pub mod two_factor;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{OperatorId, Role};
+
+/// An operator as the Operators page lists them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorSummary {
+    pub id: OperatorId,
+    pub email: String,
+    pub role: Role,
+    pub disabled: bool,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
