@@ -12,18 +12,17 @@ use app::domain::{ApiScope, Role};
 async fn a_key(app: &TestApp) -> i64 {
     let token = app.api_token_with(&[ApiScope::KeysCreate]).await;
     let created = app
-        .api(
-            "POST",
+        .post_json(
             "/vault/keys",
-            Some(&token),
-            Some(json!({
+            &token,
+            json!({
                 "label": "access-matrix",
                 "billing_period": "2026-12",
                 "currency": "usd",
                 "expected_total_cents": 100_000,
                 "allowed_endpoints": ["POST /v1/charges"],
                 "expires_at": crate::helpers::in_a_month(),
-            })),
+            }),
         )
         .await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
@@ -72,12 +71,11 @@ async fn every_api_route_answers_only_tokens_holding_its_scope(pool: PgPool) {
         }
     }
 
-    let logged: i64 = sqlx::query_scalar(
+    let logged = crate::helpers::count(
+        &pool,
         "SELECT count(*) FROM operator_actions WHERE action = 'refused_api_call' AND via = 'api'",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(logged, refusals, "every refusal is in the action log");
     // Only the keys:revoke token could revoke; its empty body was refused
     // for want of a reason, so the key is still active.
@@ -97,11 +95,10 @@ async fn a_token_without_the_revoke_scope_cannot_revoke_and_the_refusal_is_logge
     let billing_job = app.api_token_with(&[ApiScope::KeysCreate]).await;
 
     let refused = app
-        .api(
-            "POST",
+        .post_json(
             &format!("/vault/keys/{key}/revoke"),
-            Some(&billing_job),
-            Some(json!({ "reason": "let me through" })),
+            &billing_job,
+            json!({ "reason": "let me through" }),
         )
         .await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
@@ -130,11 +127,10 @@ async fn a_token_without_the_revoke_scope_cannot_revoke_and_the_refusal_is_logge
 
     let revoker = app.api_token_with(&[ApiScope::KeysRevoke]).await;
     let revoked = app
-        .api(
-            "POST",
+        .post_json(
             &format!("/vault/keys/{key}/revoke"),
-            Some(&revoker),
-            Some(json!({ "reason": "the run is over" })),
+            &revoker,
+            json!({ "reason": "the run is over" }),
         )
         .await;
     assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
@@ -174,22 +170,14 @@ async fn expired_revoked_and_unknown_tokens_are_refused_and_do_nothing(pool: PgP
         (revoked.as_str(), "token_revoked", "revoked on"),
         ("vct_unknown", "unauthenticated", "unknown API token"),
     ] {
-        let response = app
-            .api("POST", "/vault/keys", Some(token), Some(body.clone()))
-            .await;
+        let response = app.post_json("/vault/keys", token, body.clone()).await;
         assert_eq!(response.status, StatusCode::UNAUTHORIZED, "{code}");
         assert_eq!(response.error_code(), code);
         assert!(response.body.contains(says), "{}", response.body);
     }
-    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM vault_keys")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let keys = crate::helpers::count(&pool, "SELECT count(*) FROM vault_keys").await;
     assert_eq!(keys, 0);
-    let used: i64 = sqlx::query_scalar("SELECT count(last_used_at) FROM api_tokens")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let used = crate::helpers::count(&pool, "SELECT count(last_used_at) FROM api_tokens").await;
     assert_eq!(used, 0, "a refused token is not marked used");
 }
 
@@ -243,12 +231,7 @@ async fn every_console_route_answers_only_roles_that_allow_it(pool: PgPool) {
         }
     }
 
-    let logged: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM operator_actions WHERE action = 'refused_console_action' AND via = 'console'",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let logged = crate::helpers::count(&pool, "SELECT count(*) FROM operator_actions WHERE action = 'refused_console_action' AND via = 'console'").await;
     assert_eq!(logged, refusals, "every refusal is in the action log");
     assert!(refusals > 20);
 }
@@ -290,14 +273,14 @@ async fn an_admin_makes_a_scoped_token_on_the_tokens_page_and_revokes_it(pool: P
     .unwrap();
     assert_eq!(scopes, ["keys:create", "keys:read"]);
     assert!((days - 30.0).abs() < 0.01, "{days}");
-    let listed = app.api("GET", "/vault/keys", Some(&secret), None).await;
+    let listed = app.get_api("/vault/keys", &secret).await;
     assert_eq!(listed.status, StatusCode::OK);
 
     let revoked = app
         .post_form(&format!("/tokens/{id}/revoke"), "", Some(&admin))
         .await;
     assert_eq!(revoked.status, StatusCode::SEE_OTHER);
-    let refused = app.api("GET", "/vault/keys", Some(&secret), None).await;
+    let refused = app.get_api("/vault/keys", &secret).await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
     assert_eq!(refused.error_code(), "token_revoked");
     let logged: Vec<String> = sqlx::query_scalar(

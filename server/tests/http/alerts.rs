@@ -144,12 +144,7 @@ async fn each_webhook_gets_one_delivery_and_a_failing_one_is_retried_later(pool:
 
     let token = app.api_token().await;
     let listed = app
-        .api(
-            "GET",
-            &format!("/api/alerts?key={key_id}"),
-            Some(&token),
-            None,
-        )
+        .get_api(&format!("/api/alerts?key={key_id}"), &token)
         .await
         .json();
     assert_eq!(
@@ -171,9 +166,7 @@ async fn on_call_tooling_lists_and_acknowledges_alerts_through_the_api(pool: PgP
     app.stripe("/v1/charges", &key, CHARGE, &[]).await;
     let token = app.api_token().await;
 
-    let open = app
-        .api("GET", "/api/alerts?state=open", Some(&token), None)
-        .await;
+    let open = app.get_api("/api/alerts?state=open", &token).await;
     assert_eq!(open.status, StatusCode::OK);
     let alert = &open.json()[0];
     assert_eq!(alert["kind"], "threshold");
@@ -181,11 +174,10 @@ async fn on_call_tooling_lists_and_acknowledges_alerts_through_the_api(pool: PgP
     let id = alert["id"].as_i64().unwrap();
 
     let acked = app
-        .api(
-            "POST",
+        .post_json(
             &format!("/api/alerts/{id}/ack"),
-            Some(&token),
-            Some(json!({ "note": "expected: month-end run" })),
+            &token,
+            json!({ "note": "expected: month-end run" }),
         )
         .await;
     assert_eq!(acked.status, StatusCode::OK, "{}", acked.body);
@@ -199,20 +191,14 @@ async fn on_call_tooling_lists_and_acknowledges_alerts_through_the_api(pool: PgP
     assert_eq!(again.status, StatusCode::CONFLICT);
     assert_eq!(again.error_code(), "already_acknowledged");
     let open = app
-        .api(
-            "GET",
-            &format!("/api/alerts?state=open&key={key_id}"),
-            Some(&token),
-            None,
-        )
+        .get_api(&format!("/api/alerts?state=open&key={key_id}"), &token)
         .await;
     assert_eq!(open.json(), json!([]));
-    let logged: i64 = sqlx::query_scalar(
+    let logged = crate::helpers::count(
+        &pool,
         "SELECT count(*) FROM operator_actions WHERE action = 'alert.acknowledge'",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(logged, 1);
 }
 
@@ -229,7 +215,7 @@ async fn bad_alert_requests_get_clear_errors(pool: PgPool) {
             "invalid_request",
         ),
     ] {
-        let response = app.api("GET", path, Some(&token), None).await;
+        let response = app.get_api(path, &token).await;
         assert_eq!(response.status, StatusCode::BAD_REQUEST, "{path}");
         assert_eq!(response.error_code(), code, "{path}");
     }
@@ -238,12 +224,7 @@ async fn bad_alert_requests_get_clear_errors(pool: PgPool) {
         .await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
     let malformed = app
-        .api(
-            "POST",
-            "/api/alerts/999/ack",
-            Some(&token),
-            Some(json!({ "note": 5 })),
-        )
+        .post_json("/api/alerts/999/ack", &token, json!({ "note": 5 }))
         .await;
     assert_eq!(malformed.status, StatusCode::BAD_REQUEST);
     let anonymous = app.api("GET", "/api/alerts", None, None).await;
@@ -258,10 +239,7 @@ async fn console_with_an_alert(
     let (app, _stripe, key, _) = proxy_with_key(pool.clone(), 1000).await;
     app.stripe("/v1/charges", &key, CHARGE, &[]).await;
     let cookie = app.signed_in("ops@example.com", role).await;
-    let id: i64 = sqlx::query_scalar("SELECT id FROM alerts")
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let id = crate::helpers::count(pool, "SELECT id FROM alerts").await;
     (app, cookie, id)
 }
 
@@ -279,10 +257,11 @@ async fn alert_state(pool: &PgPool, id: i64) -> (Option<i64>, bool, bool) {
 async fn an_operator_assigns_snoozes_and_acknowledges_an_alert_from_the_page(pool: PgPool) {
     use app::domain::Role;
     let (app, cookie, id) = console_with_an_alert(&pool, Role::Operator).await;
-    let me: i64 = sqlx::query_scalar("SELECT id FROM operators WHERE email = 'ops@example.com'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let me = crate::helpers::count(
+        &pool,
+        "SELECT id FROM operators WHERE email = 'ops@example.com'",
+    )
+    .await;
 
     let page = app.get("/alerts", Some(&cookie)).await;
     assert_eq!(page.status, StatusCode::OK);

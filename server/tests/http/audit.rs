@@ -14,16 +14,15 @@ use app::{
 /// `cust_0`…`cust_6` in turn, every third refused at the cap, key 1 (whose
 /// label is a spreadsheet formula). Returns the key's id.
 async fn calls(pool: &PgPool, count: i32) -> i64 {
-    let key: i64 = sqlx::query_scalar(
+    let key = crate::helpers::count(
+        pool,
         "INSERT INTO vault_keys (secret_hash, secret_prefix, label, billing_period, currency,
              expected_total_cents, cap_cents, allowed_endpoints, expires_at)
          VALUES ('\\x01', 'vk_audit', '=HYPERLINK(\"x\")', '2026-11', 'usd', 100000, 110000,
                  ARRAY['POST /v1/charges'], now() + interval '30 days')
          RETURNING id",
     )
-    .fetch_one(pool)
-    .await
-    .unwrap();
+    .await;
     sqlx::query(
         "INSERT INTO audit_log (at, request_id, vault_key_id, key_prefix, method, path,
              metadata_customer_id, billing_period, amount_cents, currency, idempotency_key,
@@ -185,10 +184,7 @@ async fn bad_filters_explain_themselves_and_never_fail_the_page(pool: PgPool) {
         .body;
     assert!(html.contains("No calls match these filters."));
     assert!(!html.contains("<script>alert(1)"), "escaped");
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let count = crate::helpers::count(&pool, "SELECT count(*) FROM audit_log").await;
     assert_eq!(count, 5, "nothing was touched");
 }
 
@@ -197,10 +193,11 @@ async fn a_calls_page_shows_everything_and_links_to_related_calls(pool: PgPool) 
     let key = calls(&pool, 3).await;
     let app = TestApp::new(pool.clone());
     let cookie = app.signed_in("auditor@example.com", Role::Viewer).await;
-    let id: i64 = sqlx::query_scalar("SELECT id FROM audit_log WHERE idempotency_key = 'bill-3'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let id = crate::helpers::count(
+        &pool,
+        "SELECT id FROM audit_log WHERE idempotency_key = 'bill-3'",
+    )
+    .await;
     let body = app.get(&format!("/audit/{id}"), Some(&cookie)).await.body;
     assert!(
         body.contains("POST /v1/charges · Refused: over the cap"),
@@ -369,21 +366,14 @@ async fn the_api_exports_with_a_token_and_refuses_bad_filters_with_400(pool: PgP
     let unauthenticated = app.api("GET", "/api/audit.csv", None, None).await;
     assert_eq!(unauthenticated.status, StatusCode::UNAUTHORIZED);
     let bad = app
-        .api(
-            "GET",
-            "/api/audit.csv?limit=5&decision=nope",
-            Some(&token),
-            None,
-        )
+        .get_api("/api/audit.csv?limit=5&decision=nope", &token)
         .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert!(bad.json()["error"]["message"]
         .as_str()
         .unwrap()
         .contains("\"nope\" is not a decision"));
-    let good = app
-        .api("GET", "/api/audit.csv?decision=allowed", Some(&token), None)
-        .await;
+    let good = app.get_api("/api/audit.csv?decision=allowed", &token).await;
     assert_eq!(good.status, StatusCode::OK);
     assert_eq!(parse_csv(&good.body).len(), 1 + 7);
 }
@@ -426,14 +416,13 @@ async fn a_cancelled_download_stops_its_query(pool: PgPool) {
         .expect("the cancelled export was recorded");
     assert_eq!(details["cancelled"], true);
     assert!(details["rows"].as_u64().unwrap() < 200_000);
-    let running: i64 = sqlx::query_scalar(
+    let running = crate::helpers::count(
+        &pool,
         "SELECT count(*) FROM pg_stat_activity
          WHERE datname = current_database() AND state = 'active'
            AND query LIKE '%FROM audit_log a LEFT JOIN vault_keys%' AND pid <> pg_backend_pid()",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(running, 0, "the query was cancelled, not left running");
 }
 
@@ -442,10 +431,7 @@ async fn the_action_log_shows_who_did_what_filtered_and_paged(pool: PgPool) {
     calls(&pool, 3).await;
     let app = TestApp::new(pool.clone());
     let ops = app.signed_in("ops@example.com", Role::Operator).await;
-    let key: i64 = sqlx::query_scalar("SELECT id FROM vault_keys")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let key = crate::helpers::count(&pool, "SELECT id FROM vault_keys").await;
     app.post_form(
         &format!("/keys/{key}/revoke"),
         "reason=rotated&confirm=yes",
@@ -496,13 +482,12 @@ async fn the_action_log_shows_who_did_what_filtered_and_paged(pool: PgPool) {
 async fn amounts_are_filtered_in_the_decimals_of_the_currency_named(pool: PgPool) {
     calls(&pool, 3).await;
     // One yen call of 500: 500 in JPY's minor unit, where USD's 500.00 is 50,000.
-    let yen: i64 = sqlx::query_scalar(
+    let yen = crate::helpers::count(
+        &pool,
         "INSERT INTO audit_log (request_id, method, path, amount_cents, currency, decision)
          VALUES (gen_random_uuid(), 'POST', '/v1/charges', 500, 'jpy', 'allowed') RETURNING id",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     let app = TestApp::new(pool);
     let cookie = app.signed_in("auditor@example.com", Role::Viewer).await;
     let page = |query: &'static str| {

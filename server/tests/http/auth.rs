@@ -408,10 +408,7 @@ async fn a_hundred_parallel_guesses_check_only_the_free_failures(pool: PgPool) {
     assert_eq!(checked, free, "outcomes: {outcomes:?}");
     assert_eq!(outcomes["/login?error=invalid"], free as usize);
     assert_eq!(outcomes["/login?error=throttled"], 100 - free as usize);
-    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM login_failures")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let recorded = crate::helpers::count(&pool, "SELECT count(*) FROM login_failures").await;
     assert_eq!(recorded, free as i64);
 }
 

@@ -320,11 +320,10 @@ async fn the_maker_of_the_token_that_asked_cannot_decide_either(pool: PgPool) {
     let page = app.get("/tokens", Some(&created.revealing(&admin))).await;
     let token = one_time_secret(&page.body).expect("the new token is shown once");
     let asked = app
-        .api(
-            "POST",
+        .post_json(
             &format!("/vault/keys/{key}/cap-increase-requests"),
-            Some(&token),
-            Some(json!({ "new_cap_cents": 7_000, "reason": "more seats" })),
+            &token,
+            json!({ "new_cap_cents": 7_000, "reason": "more seats" }),
         )
         .await;
     assert_eq!(asked.status, StatusCode::CREATED, "{}", asked.body);
@@ -366,11 +365,10 @@ async fn two_approvers_deciding_at_once_make_exactly_one_decision(pool: PgPool) 
     let second = me(&app, "second@example.com", Role::Admin).await;
     for round in 1..=10 {
         let asked = app
-            .api(
-                "POST",
+            .post_json(
                 &format!("/vault/keys/{key}/cap-increase-requests"),
-                Some(&token),
-                Some(json!({ "additional_cents": 100, "reason": format!("round {round}") })),
+                &token,
+                json!({ "additional_cents": 100, "reason": format!("round {round}") }),
             )
             .await;
         assert_eq!(asked.status, StatusCode::CREATED, "{}", asked.body);
@@ -391,21 +389,15 @@ async fn two_approvers_deciding_at_once_make_exactly_one_decision(pool: PgPool) 
             "{message}"
         );
         let raised = i64::from(won.request.state == app::domain::RequestState::Approved);
-        let expected_cap: i64 = sqlx::query_scalar(
+        let expected_cap = crate::helpers::count(
+            &pool,
             "SELECT 5000 + 100 * count(*) FROM cap_increase_requests WHERE decision = 'approved'",
         )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+        .await;
         assert_eq!(cap(&pool, key).await, expected_cap, "round {round}");
         assert!(raised <= 1);
     }
-    let decisions: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM operator_actions WHERE action IN ('cap_increase.approve', 'cap_increase.reject')",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let decisions = crate::helpers::count(&pool, "SELECT count(*) FROM operator_actions WHERE action IN ('cap_increase.approve', 'cap_increase.reject')").await;
     assert_eq!(decisions, 10, "one recorded decision per request");
 }
 
@@ -500,19 +492,17 @@ async fn bad_requests_are_refused_with_a_message_and_change_nothing(pool: PgPool
 
     // A revoked or expired key cannot be raised.
     let token = app.api_token().await;
-    app.api(
-        "POST",
+    app.post_json(
         &format!("/vault/keys/{key}/revoke"),
-        Some(&token),
-        Some(json!({"reason": "done"})),
+        &token,
+        json!({"reason": "done"}),
     )
     .await;
     let revoked = app
-        .api(
-            "POST",
+        .post_json(
             &format!("/vault/keys/{key}/cap-increase-requests"),
-            Some(&token),
-            Some(json!({ "new_cap_cents": 8000, "reason": "more" })),
+            &token,
+            json!({ "new_cap_cents": 8000, "reason": "more" }),
         )
         .await;
     assert_eq!(revoked.status, StatusCode::BAD_REQUEST);
@@ -527,11 +517,10 @@ async fn bad_requests_are_refused_with_a_message_and_change_nothing(pool: PgPool
         .await
         .unwrap();
     let expired = app
-        .api(
-            "POST",
+        .post_json(
             &format!("/vault/keys/{other}/cap-increase-requests"),
-            Some(&token),
-            Some(json!({ "new_cap_cents": 8000, "reason": "more" })),
+            &token,
+            json!({ "new_cap_cents": 8000, "reason": "more" }),
         )
         .await;
     assert!(expired.json()["error"]["message"]
@@ -550,11 +539,10 @@ async fn bad_decisions_are_refused_with_a_message_and_change_nothing(pool: PgPoo
         let token = token.clone();
         async move {
             let asked = app
-                .api(
-                    "POST",
+                .post_json(
                     &format!("/vault/keys/{key}/cap-increase-requests"),
-                    Some(&token),
-                    Some(json!({ "new_cap_cents": cents, "reason": "bigger run" })),
+                    &token,
+                    json!({ "new_cap_cents": cents, "reason": "bigger run" }),
                 )
                 .await;
             assert_eq!(asked.status, StatusCode::CREATED, "{}", asked.body);
@@ -662,7 +650,7 @@ async fn a_billing_job_asks_through_the_api_and_reads_the_decision(pool: PgPool)
             "unknown field",
         ),
     ] {
-        let refused = app.api("POST", &path, Some(&token), Some(body)).await;
+        let refused = app.post_json(&path, &token, body).await;
         assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{message}");
         assert!(
             refused.json()["error"]["message"]
@@ -678,22 +666,20 @@ async fn a_billing_job_asks_through_the_api_and_reads_the_decision(pool: PgPool)
         StatusCode::UNAUTHORIZED
     );
     let missing = app
-        .api(
-            "POST",
+        .post_json(
             "/vault/keys/999999/cap-increase-requests",
-            Some(&token),
-            Some(json!({ "additional_cents": 100, "reason": "x" })),
+            &token,
+            json!({ "additional_cents": 100, "reason": "x" }),
         )
         .await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert_eq!(requests(&pool).await, 0);
 
     let asked = app
-        .api(
-            "POST",
+        .post_json(
             &path,
-            Some(&token),
-            Some(json!({ "additional_cents": 2500, "reason": "Queue backlog after the outage" })),
+            &token,
+            json!({ "additional_cents": 2500, "reason": "Queue backlog after the outage" }),
         )
         .await;
     assert_eq!(asked.status, StatusCode::CREATED, "{}", asked.body);
@@ -722,7 +708,7 @@ async fn a_billing_job_asks_through_the_api_and_reads_the_decision(pool: PgPool)
         &approver,
     )
     .await;
-    let listed = app.api("GET", &path, Some(&token), None).await.json();
+    let listed = app.get_api(&path, &token).await.json();
     assert_eq!(listed[0]["state"], "approved");
     assert_eq!(listed[0]["decided_by"], "lead@example.com");
     assert_eq!(cap(&pool, key).await, 7_500);
@@ -861,14 +847,13 @@ async fn a_refused_call_and_its_alert_lead_to_a_prefilled_request(pool: PgPool) 
     app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
     let refused = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
     assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
-    let call: i64 = sqlx::query_scalar("SELECT id FROM audit_log WHERE decision = 'refused_cap'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let alert: i64 = sqlx::query_scalar("SELECT id FROM alerts WHERE kind = 'cap_refused'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let call = crate::helpers::count(
+        &pool,
+        "SELECT id FROM audit_log WHERE decision = 'refused_cap'",
+    )
+    .await;
+    let alert =
+        crate::helpers::count(&pool, "SELECT id FROM alerts WHERE kind = 'cap_refused'").await;
     let operator = app.signed_in("ops@example.com", Role::Operator).await;
 
     let call_page = app

@@ -28,9 +28,7 @@ async fn guarded(pool: PgPool, policy: Option<&str>) -> (TestApp, FakeStripe, St
     if let Some(policy) = policy {
         body["duplicate_policy"] = policy.into();
     }
-    let created = app
-        .api("POST", "/vault/keys", Some(&token), Some(body))
-        .await;
+    let created = app.post_json("/vault/keys", &token, body).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     let created = created.json();
     assert_eq!(created["duplicate_policy"], policy.unwrap_or("flag"));
@@ -307,9 +305,7 @@ async fn the_key_api_refuses_an_unknown_guard(pool: PgPool) {
         "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
         "duplicate_policy": "warn",
     });
-    let refused = app
-        .api("POST", "/vault/keys", Some(&token), Some(body))
-        .await;
+    let refused = app.post_json("/vault/keys", &token, body).await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
     assert!(
         refused.body.contains("flag, block or off"),

@@ -174,6 +174,21 @@ impl TestApp {
             .plaintext
     }
 
+    /// GETs `path` from the API with a bearer `token`.
+    pub async fn get_api(&self, path: &str, token: &str) -> TestResponse {
+        self.api("GET", path, Some(token), None).await
+    }
+
+    /// POSTs `body` as JSON to the API with a bearer `token`.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        token: &str,
+        body: serde_json::Value,
+    ) -> TestResponse {
+        self.api("POST", path, Some(token), Some(body)).await
+    }
+
     /// A JSON request to the key API.
     pub async fn api(
         &self,
@@ -355,6 +370,15 @@ impl TestApp {
             .session_cookie()
             .expect("sign-in sets a session cookie")
     }
+}
+
+/// The one number `sql` (a query without parameters) answers, e.g. a
+/// `count(*)`.
+pub async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|err| panic!("{sql}: {err}"))
 }
 
 /// The one-time secret a page shows (a new key, token or password).

@@ -341,15 +341,10 @@ async fn a_key_charges_only_on_the_account_it_is_for(pool: PgPool) {
     let (app, stripe, platform_key, _) = proxy_with_key(pool.clone(), 5000).await;
     let token = app.api_token().await;
     let connected = app
-        .api(
-            "POST",
-            "/vault/keys",
-            Some(&token),
-            Some(serde_json::json!({
+        .post_json("/vault/keys", &token, serde_json::json!({
                 "label": "connected", "expected_total_cents": 5000, "stripe_account": "acct_1",
                 "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
-            })),
-        )
+            }))
         .await;
     assert_eq!(connected.status, StatusCode::CREATED, "{}", connected.body);
     assert_eq!(connected.json()["stripe_account"], "acct_1");
@@ -373,15 +368,10 @@ async fn a_key_charges_only_on_the_account_it_is_for(pool: PgPool) {
         "only the two on their own accounts"
     );
     let bad = app
-        .api(
-            "POST",
-            "/vault/keys",
-            Some(&token),
-            Some(serde_json::json!({
+        .post_json("/vault/keys", &token, serde_json::json!({
                 "label": "bad", "expected_total_cents": 5000, "stripe_account": "acct_../x",
                 "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
-            })),
-        )
+            }))
         .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
 }

@@ -20,9 +20,7 @@ async fn the_seed_articles_body_issues_a_key_shown_once_and_stored_hashed(pool: 
     let app = TestApp::new(pool.clone());
     let token = app.api_token().await;
 
-    let response = app
-        .api("POST", "/vault/keys", Some(&token), Some(seeds_body()))
-        .await;
+    let response = app.post_json("/vault/keys", &token, seeds_body()).await;
     assert_eq!(response.status, StatusCode::CREATED, "{}", response.body);
     let created = response.json();
     let secret = created["vault_key"].as_str().unwrap().to_owned();
@@ -38,9 +36,7 @@ async fn the_seed_articles_body_issues_a_key_shown_once_and_stored_hashed(pool: 
     assert_eq!(created["status"], "active");
 
     let id = created["id"].as_i64().unwrap();
-    let shown = app
-        .api("GET", &format!("/vault/keys/{id}"), Some(&token), None)
-        .await;
+    let shown = app.get_api(&format!("/vault/keys/{id}"), &token).await;
     assert_eq!(shown.status, StatusCode::OK);
     assert!(
         !shown.body.contains(&secret),
@@ -53,12 +49,7 @@ async fn the_seed_articles_body_issues_a_key_shown_once_and_stored_hashed(pool: 
         .await
         .unwrap();
     assert_eq!(stored, app::ssr::secrets::hash(&secret));
-    let logged: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM operator_actions WHERE action = 'create_vault_key' AND via = 'api' AND api_token_id IS NOT NULL",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let logged = crate::helpers::count(&pool, "SELECT count(*) FROM operator_actions WHERE action = 'create_vault_key' AND via = 'api' AND api_token_id IS NOT NULL").await;
     assert_eq!(logged, 1);
 }
 
@@ -72,10 +63,7 @@ async fn the_native_body_computes_the_cap_from_the_expected_total(pool: PgPool) 
         "allowed_endpoints": ["POST /v1/payment_intents", "POST /v1/payment_intents/{id}/confirm"],
         "expires_at": crate::helpers::in_a_month(),
     });
-    let created = app
-        .api("POST", "/vault/keys", Some(&token), Some(body))
-        .await
-        .json();
+    let created = app.post_json("/vault/keys", &token, body).await.json();
     assert_eq!(
         created["cap_cents"], 1098,
         "999 × 1.10 = 1098.9, rounded down"
@@ -83,10 +71,7 @@ async fn the_native_body_computes_the_cap_from_the_expected_total(pool: PgPool) 
     assert_eq!(created["currency"], "eur");
     assert_eq!(created["billing_period"], "2026-08");
 
-    let listed = app
-        .api("GET", "/vault/keys", Some(&token), None)
-        .await
-        .json();
+    let listed = app.get_api("/vault/keys", &token).await.json();
     assert_eq!(listed.as_array().unwrap().len(), 1);
 }
 
@@ -138,9 +123,7 @@ async fn bad_key_requests_are_refused_with_a_clear_error(pool: PgPool) {
         (with("surprise", json!(1)), "unknown field"),
     ];
     for (body, expected) in cases {
-        let response = app
-            .api("POST", "/vault/keys", Some(&token), Some(body.clone()))
-            .await;
+        let response = app.post_json("/vault/keys", &token, body.clone()).await;
         assert_eq!(
             response.status,
             StatusCode::BAD_REQUEST,
@@ -165,10 +148,7 @@ async fn bad_key_requests_are_refused_with_a_clear_error(pool: PgPool) {
     assert_eq!(not_json.status, StatusCode::BAD_REQUEST);
     assert_eq!(not_json.error_code(), "invalid_request");
 
-    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM vault_keys")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let keys = crate::helpers::count(&pool, "SELECT count(*) FROM vault_keys").await;
     assert_eq!(keys, 0, "no key was created by a bad request");
 }
 
@@ -192,44 +172,31 @@ async fn revoking_needs_a_reason_and_happens_once(pool: PgPool) {
     let app = TestApp::new(pool);
     let token = app.api_token().await;
     let id = app
-        .api("POST", "/vault/keys", Some(&token), Some(seeds_body()))
+        .post_json("/vault/keys", &token, seeds_body())
         .await
         .json()["id"]
         .as_i64()
         .unwrap();
     let path = format!("/vault/keys/{id}/revoke");
 
-    let no_reason = app
-        .api("POST", &path, Some(&token), Some(json!({ "reason": " " })))
-        .await;
+    let no_reason = app.post_json(&path, &token, json!({ "reason": " " })).await;
     assert_eq!(no_reason.status, StatusCode::BAD_REQUEST);
     let revoked = app
-        .api(
-            "POST",
-            &path,
-            Some(&token),
-            Some(json!({ "reason": "run finished" })),
-        )
+        .post_json(&path, &token, json!({ "reason": "run finished" }))
         .await;
     assert_eq!(revoked.json()["status"], "revoked");
     let again = app
-        .api(
-            "POST",
-            &path,
-            Some(&token),
-            Some(json!({ "reason": "again" })),
-        )
+        .post_json(&path, &token, json!({ "reason": "again" }))
         .await;
     assert!(again.json()["error"]["message"]
         .as_str()
         .unwrap()
         .contains("already revoked"));
     let missing = app
-        .api(
-            "POST",
+        .post_json(
             "/vault/keys/999999/revoke",
-            Some(&token),
-            Some(json!({ "reason": "x" })),
+            &token,
+            json!({ "reason": "x" }),
         )
         .await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);

@@ -24,9 +24,7 @@ async fn key(
         "cap_cents": cap_cents, "allowed_endpoints": ["POST /v1/charges"],
         "expires_at": crate::helpers::in_a_month(),
     });
-    let created = app
-        .api("POST", "/vault/keys", Some(token), Some(body))
-        .await;
+    let created = app.post_json("/vault/keys", token, body).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     let created = created.json();
     (

@@ -50,23 +50,13 @@ async fn a_key_beyond_the_buffer_policy_works_only_once_another_person_approves_
 
     // Expected 100.00 × 1.10 = 110.00: issued at once.
     let within = app
-        .api(
-            "POST",
-            "/vault/keys",
-            Some(&token),
-            Some(native(10_000, 11_000)),
-        )
+        .post_json("/vault/keys", &token, native(10_000, 11_000))
         .await;
     assert_eq!(within.status, StatusCode::CREATED, "{}", within.body);
 
     // One cent more waits.
     let asked = app
-        .api(
-            "POST",
-            "/vault/keys",
-            Some(&token),
-            Some(native(10_000, 11_001)),
-        )
+        .post_json("/vault/keys", &token, native(10_000, 11_001))
         .await;
     assert_eq!(asked.status, StatusCode::ACCEPTED, "{}", asked.body);
     let asked = asked.json();
@@ -80,10 +70,7 @@ async fn a_key_beyond_the_buffer_policy_works_only_once_another_person_approves_
     );
     let id = request["id"].as_i64().unwrap();
     let secret = asked["vault_key"].as_str().unwrap().to_owned();
-    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM vault_keys")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let keys = crate::helpers::count(&pool, "SELECT count(*) FROM vault_keys").await;
     assert_eq!(keys, 1, "the waiting key is not issued");
 
     // Until approved, the secret opens nothing and nothing reaches Stripe.
@@ -141,12 +128,7 @@ async fn a_key_beyond_the_buffer_policy_works_only_once_another_person_approves_
     );
 
     let shown = app
-        .api(
-            "GET",
-            &format!("/vault/key-requests/{id}"),
-            Some(&token),
-            None,
-        )
+        .get_api(&format!("/vault/key-requests/{id}"), &token)
         .await
         .json();
     assert_eq!(shown["state"], "approved");
@@ -182,10 +164,7 @@ async fn nobody_issues_their_own_key_beyond_policy(pool: PgPool) {
     assert_eq!(created.location(), "/approvals");
     let said = app.notice("/approvals", &created.revealing(&asker)).await;
     assert!(said.contains("waits for an approver"), "{said}");
-    let id: i64 = sqlx::query_scalar("SELECT max(id) FROM key_requests")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let id = crate::helpers::count(&pool, "SELECT max(id) FROM key_requests").await;
 
     // Nobody rewrites who asked, or for what, before deciding.
     let err = sqlx::query(
@@ -212,10 +191,7 @@ async fn nobody_issues_their_own_key_beyond_policy(pool: PgPool) {
         )),
         "{form}"
     );
-    let requests: i64 = sqlx::query_scalar("SELECT count(*) FROM key_requests")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let requests = crate::helpers::count(&pool, "SELECT count(*) FROM key_requests").await;
     assert_eq!(requests, 1);
 
     // They cannot decide it, here or in the database.
@@ -248,12 +224,7 @@ async fn nobody_issues_their_own_key_beyond_policy(pool: PgPool) {
     let page = app.get("/tokens", Some(&made.revealing(&admin))).await;
     let token = crate::helpers::one_time_secret(&page.body).unwrap();
     let asked = app
-        .api(
-            "POST",
-            "/vault/keys",
-            Some(&token),
-            Some(native(10_000, 20_000)),
-        )
+        .post_json("/vault/keys", &token, native(10_000, 20_000))
         .await;
     assert_eq!(asked.status, StatusCode::ACCEPTED, "{}", asked.body);
     let token_request = asked.json()["key_request"]["id"].as_i64().unwrap();
@@ -280,10 +251,7 @@ async fn nobody_issues_their_own_key_beyond_policy(pool: PgPool) {
         said.contains(&format!("Rejected key request #{id}")),
         "{said}"
     );
-    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM vault_keys")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let keys = crate::helpers::count(&pool, "SELECT count(*) FROM vault_keys").await;
     assert_eq!(keys, 0);
     let logged: Vec<String> = sqlx::query_scalar(
         "SELECT action FROM operator_actions WHERE subject_type = 'key_request' ORDER BY id",
@@ -322,21 +290,11 @@ async fn a_tokens_or_a_roles_ceiling_holds_keys_that_are_within_the_buffer(pool:
         .contains("keys up to 5,000 (minor units) without an approver"));
     let token = crate::helpers::one_time_secret(&page.body).unwrap();
     let small = app
-        .api(
-            "POST",
-            "/vault/keys",
-            Some(&token),
-            Some(native(5_000, 5_000)),
-        )
+        .post_json("/vault/keys", &token, native(5_000, 5_000))
         .await;
     assert_eq!(small.status, StatusCode::CREATED);
     let big = app
-        .api(
-            "POST",
-            "/vault/keys",
-            Some(&token),
-            Some(native(6_000, 6_000)),
-        )
+        .post_json("/vault/keys", &token, native(6_000, 6_000))
         .await;
     assert_eq!(big.status, StatusCode::ACCEPTED);
     assert_eq!(
@@ -366,15 +324,10 @@ async fn a_seed_body_key_is_always_within_the_buffer_policy(pool: PgPool) {
     let token = app.api_token_with(&[ApiScope::KeysCreate]).await;
     for dollars in [5000.0, 1.0, 0.07, 123.45, 99_999.99] {
         let created = app
-            .api(
-                "POST",
-                "/vault/keys",
-                Some(&token),
-                Some(json!({
+            .post_json("/vault/keys", &token, json!({
                     "vendor": "stripe", "label": "seeds", "daily_usd_cap": dollars,
                     "allowed_endpoints": ["/v1/charges"], "expires_at": crate::helpers::in_a_month(),
-                })),
-            )
+                }))
             .await;
         assert_eq!(
             created.status,

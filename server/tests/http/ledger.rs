@@ -127,10 +127,7 @@ async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
         }
     }
     assert_eq!(failed, [5], "only the bad call fails");
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let rows = crate::helpers::count(&pool, "SELECT count(*) FROM audit_log").await;
     assert_eq!(rows, 10, "the first and the nine good ones");
 }
 
@@ -169,9 +166,7 @@ async fn a_call_on_another_key_is_reserved_while_a_batch_waits_on_a_locked_key(p
         "label": "another run", "expected_total_cents": 1_000_000, "cap_cents": 1_000_000,
         "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
     });
-    let created = app
-        .api("POST", "/vault/keys", Some(&token), Some(body))
-        .await;
+    let created = app.post_json("/vault/keys", &token, body).await;
     let other = created.json()["id"].as_i64().unwrap();
     let ledger = Ledger::start(pool.clone(), 64, 2);
     let (lock, waiting) = reserve_behind_a_lock(&pool, &ledger, held).await;

@@ -86,12 +86,11 @@ async fn an_operator_creates_a_key_from_an_expected_total_and_sees_its_secret_on
     );
     assert_eq!(thresholds, [75, 90]);
     assert_eq!(expires, "2026-12-31 23:59");
-    let logged: i64 = sqlx::query_scalar(
+    let logged = crate::helpers::count(
+        &pool,
         "SELECT count(*) FROM operator_actions WHERE action = 'create_vault_key'",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(logged, 1);
 }
 
@@ -198,10 +197,7 @@ async fn each_bad_field_gets_its_message_the_form_keeps_what_was_typed_and_nothi
     let list = app.get("/keys", Some(&cookie)).await;
     assert!(!list.body.contains("<script>x</script>"));
     assert!(list.body.contains("&lt;script&gt;x&lt;/script&gt;"));
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM vault_keys")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let count = crate::helpers::count(&pool, "SELECT count(*) FROM vault_keys").await;
     assert_eq!(count, 1, "only the valid submission created a key");
 }
 
@@ -225,10 +221,7 @@ async fn a_viewer_cannot_create_keys(pool: PgPool) {
     assert!(!page.body.contains("Create vault key"));
     let refused = app.post_form("/keys", &form(GOOD), Some(&cookie)).await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM vault_keys")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let count = crate::helpers::count(&pool, "SELECT count(*) FROM vault_keys").await;
     assert_eq!(count, 0);
 }
 
@@ -363,10 +356,7 @@ async fn check_shows_the_cap_and_a_label_already_live_without_creating_anything(
     let cookie = app.signed_in("ops@example.com", Role::Operator).await;
     let created = app.post_form("/keys", &form(GOOD), Some(&cookie)).await;
     assert_eq!(created.status, StatusCode::SEE_OTHER);
-    let live: i64 = sqlx::query_scalar("SELECT id FROM vault_keys")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let live = crate::helpers::count(&pool, "SELECT id FROM vault_keys").await;
     let keys = || async {
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM vault_keys")
             .fetch_one(&pool)

@@ -181,10 +181,7 @@ async fn adding_an_operator_twice_or_with_bad_fields_explains_and_changes_nothin
         );
         assert!(!page.body.contains("<script>"), "user input is escaped");
     }
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM operators")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let count = crate::helpers::count(&pool, "SELECT count(*) FROM operators").await;
     assert_eq!(count, 2, "only the valid addition went through");
 }
 
@@ -209,10 +206,8 @@ async fn a_viewer_is_denied_the_operators_page_and_its_forms(pool: PgPool) {
         .post_form("/operators/1/role", "role=admin", Some(&cookie))
         .await;
     assert_eq!(role.status, StatusCode::FORBIDDEN);
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM operators WHERE role = 'admin'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let count =
+        crate::helpers::count(&pool, "SELECT count(*) FROM operators WHERE role = 'admin'").await;
     assert_eq!(count, 0);
 }
 

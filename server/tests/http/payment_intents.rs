@@ -42,7 +42,7 @@ impl Setup {
         });
         let created = self
             .app
-            .api("POST", "/vault/keys", Some(&self.token), Some(body))
+            .post_json("/vault/keys", &self.token, body)
             .await
             .json();
         (

@@ -301,15 +301,14 @@ async fn an_operator_prepares_another_approver_signs_and_the_period_is_closed(po
     // No new key for the signed period, and the billing job is told why.
     let token = app.api_token().await;
     let refused = app
-        .api(
-            "POST",
+        .post_json(
             "/vault/keys",
-            Some(&token),
-            Some(serde_json::json!({
+            &token,
+            serde_json::json!({
                 "label": "late run", "billing_period": period.to_string(), "currency": "usd",
                 "expected_total_cents": 10_000, "allowed_endpoints": ["/v1/charges"],
                 "expires_at": (chrono::Utc::now() + chrono::Duration::hours(6)).to_rfc3339(),
-            })),
+            }),
         )
         .await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
@@ -379,13 +378,12 @@ async fn the_pack_holds_the_signed_report_its_hash_and_every_call(pool: PgPool) 
     for name in ["findings.csv", "cap_increases.csv"] {
         assert!(!file(name).is_empty(), "{name}");
     }
-    let logged: i64 = sqlx::query_scalar(
+    let logged = crate::helpers::count(
+        &pool,
         "SELECT count(*) FROM operator_actions WHERE action = 'period.export_pack'
          AND (details->>'calls')::int = 25",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(logged, 1);
 }
 
@@ -566,12 +564,11 @@ async fn two_sign_offs_at_once_make_one(pool: PgPool) {
         refusal.to_string().contains("already signed off"),
         "{refusal}"
     );
-    let signed_offs: i64 = sqlx::query_scalar(
+    let signed_offs = crate::helpers::count(
+        &pool,
         "SELECT count(*) FROM operator_actions WHERE action = 'period.sign_off'",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(signed_offs, 1);
 }
 

@@ -201,15 +201,10 @@ async fn check(pool: &PgPool, ops: &[Op]) -> Result<(), String> {
     let app = TestApp::with_upstream(pool.clone(), &stripe.base, Duration::from_millis(150));
     let token = app.api_token().await;
     let created = app
-        .api(
-            "POST",
-            "/vault/keys",
-            Some(&token),
-            Some(json!({
+        .post_json("/vault/keys", &token, json!({
                 "label": "property", "expected_total_cents": CAP, "cap_cents": CAP,
                 "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
-            })),
-        )
+            }))
         .await
         .json();
     let key = created["vault_key"].as_str().unwrap().to_owned();

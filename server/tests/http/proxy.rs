@@ -31,10 +31,7 @@ pub(crate) async fn proxy_waiting(
         "allowed_endpoints": ["POST /v1/charges", "GET /v1/charges/{id}"],
         "expires_at": crate::helpers::in_a_month(),
     });
-    let created = app
-        .api("POST", "/vault/keys", Some(&token), Some(body))
-        .await
-        .json();
+    let created = app.post_json("/vault/keys", &token, body).await.json();
     let key = created["vault_key"].as_str().unwrap().to_owned();
     (app, stripe, key, created["id"].as_i64().unwrap())
 }
@@ -254,10 +251,7 @@ async fn an_unreachable_upstream_releases_the_reservation_with_a_502(pool: PgPoo
     let token = app.api_token().await;
     let body = json!({ "label": "run", "expected_total_cents": 5000, "allowed_endpoints": ["/v1/charges"],
                        "expires_at": crate::helpers::in_a_month() });
-    let created = app
-        .api("POST", "/vault/keys", Some(&token), Some(body))
-        .await
-        .json();
+    let created = app.post_json("/vault/keys", &token, body).await.json();
     let response = app
         .stripe(
             "/v1/charges",
@@ -399,11 +393,10 @@ async fn refusals_are_stripe_shaped_audited_and_never_forwarded(pool: PgPool) {
 async fn a_revoked_key_is_refused_from_the_next_call(pool: PgPool) {
     let (app, stripe, key, key_id) = proxy_with_key(pool.clone(), 5000).await;
     let token = app.api_token().await;
-    app.api(
-        "POST",
+    app.post_json(
         &format!("/vault/keys/{key_id}/revoke"),
-        Some(&token),
-        Some(json!({ "reason": "leaked" })),
+        &token,
+        json!({ "reason": "leaked" }),
     )
     .await;
     let response = app.stripe("/v1/charges", &key, CHARGE, &[]).await;

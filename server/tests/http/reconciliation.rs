@@ -391,12 +391,11 @@ async fn a_finding_resolved_twice_at_once_is_resolved_once(pool: PgPool) {
         1,
         "{first:?} {second:?}"
     );
-    let recorded: i64 = sqlx::query_scalar(
+    let recorded = crate::helpers::count(
+        &pool,
         "SELECT count(*) FROM operator_actions WHERE action = 'finding.dismiss'",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(recorded, 1);
 }
 
@@ -550,12 +549,11 @@ async fn the_findings_download_as_csv_with_the_pages_filters(pool: PgPool) {
         "{}",
         bad.body
     );
-    let logged: i64 = sqlx::query_scalar(
+    let logged = crate::helpers::count(
+        &pool,
         "SELECT count(*) FROM operator_actions WHERE action = 'export_findings_csv'",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(logged, 2);
 }
 
@@ -793,11 +791,11 @@ async fn a_bulk_action_previews_count_and_money_then_resolves_exactly_those_once
     assert_eq!(adopted_rows().await, 4, "nothing adopted twice");
 
     // Dismissing needs its reason; the run is in the action log.
-    let duplicate: i64 =
-        sqlx::query_scalar("SELECT id FROM reconciliation_findings WHERE kind = 'duplicate'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let duplicate = crate::helpers::count(
+        &pool,
+        "SELECT id FROM reconciliation_findings WHERE kind = 'duplicate'",
+    )
+    .await;
     let dismiss = |reason: &str| {
         format!(
             "action=dismiss&period=2026-07&kind=all&ids={duplicate}&confirm=yes&reason={}",

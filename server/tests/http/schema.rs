@@ -70,10 +70,7 @@ async fn the_audit_log_cannot_be_updated_deleted_or_truncated(pool: PgPool) {
             "{statement}: {err}"
         );
     }
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let rows = crate::helpers::count(&pool, "SELECT count(*) FROM audit_log").await;
     assert_eq!(rows, 1);
 }
 

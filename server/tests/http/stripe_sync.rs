@@ -213,10 +213,7 @@ async fn a_period_syncs_page_by_page_and_detection_finds_the_seeds_failure_modes
     sync::sync_period(&pool, &client, period, &options(100, 1), |_| {})
         .await
         .unwrap();
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM stripe_charges")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let stored = crate::helpers::count(&pool, "SELECT count(*) FROM stripe_charges").await;
     assert_eq!(stored, 4);
 }
 
@@ -333,10 +330,7 @@ async fn a_sync_stopped_by_a_stripe_error_resumes_after_its_last_page(pool: PgPo
             .all(|q| q.contains("starting_after=ch_p1b")),
         "{queries:?}"
     );
-    let syncs: i64 = sqlx::query_scalar("SELECT count(*) FROM stripe_syncs")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let syncs = crate::helpers::count(&pool, "SELECT count(*) FROM stripe_syncs").await;
     assert_eq!(syncs, 1, "one sync, resumed");
 }
 
@@ -534,12 +528,11 @@ async fn a_duplicate_is_refunded_in_stripe_once_however_often_it_is_asked(pool: 
     // The next detection finds nothing left to refund.
     let found = reconcile::detect(&pool, period).await;
     assert!(found.is_ok());
-    let open: i64 = sqlx::query_scalar(
+    let open = crate::helpers::count(
+        &pool,
         "SELECT count(*) FROM reconciliation_findings WHERE resolved_at IS NULL",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(open, 0);
 }
 

@@ -44,10 +44,7 @@ async fn receiving(pool: PgPool, cap: i64) -> (TestApp, FakeStripe, String, i64)
         "label": "billing-run-2026-07", "expected_total_cents": cap, "cap_cents": cap,
         "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
     });
-    let created = app
-        .api("POST", "/vault/keys", Some(&token), Some(body))
-        .await
-        .json();
+    let created = app.post_json("/vault/keys", &token, body).await.json();
     let key = created["vault_key"].as_str().unwrap().to_owned();
     (app, stripe, key, created["id"].as_i64().unwrap())
 }

@@ -226,10 +226,7 @@ async fn a_row_slipped_in_behind_the_chain_is_found(owner: PgPool) {
         .unwrap()
         .broken
         .expect("found");
-    let slipped: i64 = sqlx::query_scalar("SELECT id FROM audit_log WHERE chain_seq = 4")
-        .fetch_one(&app)
-        .await
-        .unwrap();
+    let slipped = crate::helpers::count(&app, "SELECT id FROM audit_log WHERE chain_seq = 4").await;
     assert_eq!(broken.broken_row_id, Some(slipped));
 }
 

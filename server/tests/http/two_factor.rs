@@ -246,9 +246,6 @@ async fn an_operator_who_lost_their_authenticator_is_reset_on_the_host(pool: PgP
         .await
         .unwrap();
     app.sign_in(EMAIL).await;
-    let codes_left: i64 = sqlx::query_scalar("SELECT count(*) FROM recovery_codes")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let codes_left = crate::helpers::count(&pool, "SELECT count(*) FROM recovery_codes").await;
     assert_eq!(codes_left, 0, "the old recovery codes are void");
 }

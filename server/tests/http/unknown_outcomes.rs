@@ -85,15 +85,10 @@ async fn a_declined_intent_left_alive_is_cancelled_later_and_then_released(pool:
     let app = TestApp::with_upstream(pool.clone(), &stripe.base, Duration::from_secs(5));
     let token = app.api_token().await;
     let created = app
-        .api(
-            "POST",
-            "/vault/keys",
-            Some(&token),
-            Some(json!({
+        .post_json("/vault/keys", &token, json!({
                 "label": "intents", "expected_total_cents": 5000, "cap_cents": 5000,
                 "allowed_endpoints": ["POST /v1/payment_intents"], "expires_at": crate::helpers::in_a_month(),
-            })),
-        )
+            }))
         .await
         .json();
     let key = created["vault_key"].as_str().unwrap();
