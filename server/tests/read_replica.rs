@@ -14,7 +14,7 @@ use app::{
     operators::{accounts, tokens},
 };
 use server::{
-    cli::bench::{issue_keys, stripe_answering, BenchDatabase, ServeProcess},
+    cli::bench::{issue_key, stripe_answering, BenchDatabase, ServeProcess},
     embedded_pg::DATABASE,
 };
 use sqlx::PgPool;
@@ -59,10 +59,9 @@ async fn exported_rows(client: &reqwest::Client, base: &str, token: &str) -> usi
 #[tokio::test(flavor = "multi_thread")]
 async fn exports_and_log_pages_read_the_replica_while_the_proxy_meters_on_the_primary() {
     let db = BenchDatabase::start().await.unwrap();
-    let (secret, key) = issue_keys(&db.pool, 1, app::domain::Cents(1_000))
+    let (secret, key) = issue_key(&db.pool, app::domain::Cents(1_000))
         .await
-        .unwrap()
-        .remove(0);
+        .unwrap();
     let token = tokens::create(
         &db.pool,
         Actor::Cli,

@@ -8,7 +8,7 @@
 use std::process::Command;
 
 use server::{
-    cli::bench::{issue_keys, stripe_answering, BenchDatabase, ServeProcess},
+    cli::bench::{issue_key, stripe_answering, BenchDatabase, ServeProcess},
     embedded_pg::{EmbeddedPostgres, DATABASE},
 };
 use sqlx::PgPool;
@@ -53,10 +53,9 @@ async fn books(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_restored_into_a_new_cluster_keeps_the_ledger_and_an_unbroken_audit_chain() {
     let db = BenchDatabase::start().await.unwrap();
-    let (secret, _key) = issue_keys(&db.pool, 1, app::domain::Cents(1_500))
+    let (secret, _key) = issue_key(&db.pool, app::domain::Cents(1_500))
         .await
-        .unwrap()
-        .remove(0);
+        .unwrap();
     let env = db.serve_env(&stripe_answering("ch_drill").await.unwrap());
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_vaultcap"));
     let proxy = ServeProcess::start(binary, &env, &db.scratch().join("serve.log"))

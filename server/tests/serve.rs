@@ -93,14 +93,13 @@ async fn in_flight_at_sigterm(client_hangs_up: bool) {
     use std::sync::Arc;
 
     use axum::{routing::post, Json, Router};
-    use server::cli::bench::{issue_keys, serve, BenchDatabase};
+    use server::cli::bench::{issue_key, serve, BenchDatabase};
     use tokio::sync::Notify;
 
     let db = BenchDatabase::start().await.unwrap();
-    let (secret, key) = issue_keys(&db.pool, 1, app::domain::Cents(10_000))
+    let (secret, key) = issue_key(&db.pool, app::domain::Cents(10_000))
         .await
-        .unwrap()
-        .remove(0);
+        .unwrap();
 
     // A Stripe that holds the charge until the test lets it answer.
     let (arrived, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
@@ -297,13 +296,12 @@ async fn an_instance_whose_settings_disagree_with_the_fleet_refuses_to_start() {
 /// arrive are served; only then does the listener close.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_readyz_answers_503_while_calls_are_still_served() {
-    use server::cli::bench::{issue_keys, stripe_answering, BenchDatabase};
+    use server::cli::bench::{issue_key, stripe_answering, BenchDatabase};
 
     let db = BenchDatabase::start().await.unwrap();
-    let (secret, _key) = issue_keys(&db.pool, 1, app::domain::Cents(10_000))
+    let (secret, _key) = issue_key(&db.pool, app::domain::Cents(10_000))
         .await
-        .unwrap()
-        .remove(0);
+        .unwrap();
     let mut env = db.serve_env(&stripe_answering("ch_drained").await.unwrap());
     env.push(("VAULTCAP_DRAIN_SECS", "3".to_owned()));
     let mut proxy = start_serve(&db, &env).await;

@@ -33,7 +33,7 @@ async fn sixty_four_concurrent_charges_crossing_90_percent_raise_one_alert(pool:
 
     // Further spend past the threshold raises nothing new.
     for _ in 0..3 {
-        app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+        app.charge(&key, CHARGE).await;
     }
     assert_eq!(
         alerts_of(&pool, key_id).await,
@@ -44,10 +44,9 @@ async fn sixty_four_concurrent_charges_crossing_90_percent_raise_one_alert(pool:
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn refusals_for_the_cap_raise_one_alert_and_count_the_rest(pool: PgPool) {
     let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 1000).await;
-    let statuses: Vec<StatusCode> = futures::future::join_all(
-        (0..3).map(|_| async { app.stripe("/v1/charges", &key, CHARGE, &[]).await.status }),
-    )
-    .await;
+    let statuses: Vec<StatusCode> =
+        futures::future::join_all((0..3).map(|_| async { app.charge(&key, CHARGE).await.status }))
+            .await;
     assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 1);
     assert_eq!(
         alerts_of(&pool, key_id).await,
@@ -99,7 +98,7 @@ async fn whichever_instance_claims_an_alert_delivers_it_to_the_fleets_webhooks(p
     let (url, received) = receiver(StatusCode::OK).await;
     let configured = crate::helpers::notifier(&pool, &[&url]).await;
     let unconfigured = Notifier::new(pool.clone()).unwrap();
-    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    app.charge(&key, CHARGE).await;
 
     let claimed = unconfigured.pass().await.unwrap();
     assert_eq!((claimed.planned, claimed.delivered), (1, 1));
@@ -111,7 +110,7 @@ async fn whichever_instance_claims_an_alert_delivers_it_to_the_fleets_webhooks(p
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn each_webhook_gets_one_delivery_and_a_failing_one_is_retried_later(pool: PgPool) {
     let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 1000).await;
-    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    app.charge(&key, CHARGE).await;
     let (good, good_received) = receiver(StatusCode::OK).await;
     let (down, down_received) = receiver(StatusCode::SERVICE_UNAVAILABLE).await;
     let notifier = crate::helpers::notifier(&pool, &[&good, &down]).await;
@@ -163,7 +162,7 @@ async fn each_webhook_gets_one_delivery_and_a_failing_one_is_retried_later(pool:
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn on_call_tooling_lists_and_acknowledges_alerts_through_the_api(pool: PgPool) {
     let (app, _stripe, key, key_id) = proxy_with_key(pool.clone(), 1000).await;
-    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    app.charge(&key, CHARGE).await;
     let token = app.api_token().await;
 
     let open = app.get_api("/api/alerts?state=open", &token).await;
@@ -194,11 +193,7 @@ async fn on_call_tooling_lists_and_acknowledges_alerts_through_the_api(pool: PgP
         .get_api(&format!("/api/alerts?state=open&key={key_id}"), &token)
         .await;
     assert_eq!(open.json(), json!([]));
-    let logged = crate::helpers::count(
-        &pool,
-        "SELECT count(*) FROM operator_actions WHERE action = 'alert.acknowledge'",
-    )
-    .await;
+    let logged = crate::helpers::actions_logged(&pool, "alert.acknowledge").await;
     assert_eq!(logged, 1);
 }
 
@@ -237,7 +232,7 @@ async fn console_with_an_alert(
     role: app::domain::Role,
 ) -> (crate::helpers::TestApp, String, i64) {
     let (app, _stripe, key, _) = proxy_with_key(pool.clone(), 1000).await;
-    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    app.charge(&key, CHARGE).await;
     let cookie = app.signed_in("ops@example.com", role).await;
     let id = crate::helpers::count(pool, "SELECT id FROM alerts").await;
     (app, cookie, id)

@@ -75,10 +75,10 @@ async fn an_operator_asks_an_approver_approves_and_the_refused_charge_goes_throu
     // Cap 50.00, charges of 10.00: the sixth is refused.
     let (app, _stripe, secret, key) = proxy_with_key(pool.clone(), 5_000).await;
     for _ in 0..5 {
-        let charged = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+        let charged = app.charge(&secret, CHARGE).await;
         assert_eq!(charged.status, StatusCode::OK, "{}", charged.body);
     }
-    let refused = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+    let refused = app.charge(&secret, CHARGE).await;
     assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
     assert!(refused.json()["error"]["message"]
         .as_str()
@@ -195,7 +195,7 @@ async fn an_operator_asks_an_approver_approves_and_the_refused_charge_goes_throu
     assert_eq!(cap(&pool, key).await, 6_000);
 
     // The proxy sees the new cap on the very next call.
-    let retried = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+    let retried = app.charge(&secret, CHARGE).await;
     assert_eq!(retried.status, StatusCode::OK, "{}", retried.body);
     // The raised cap re-arms the 90 % alert: 60.00 of 60.00 is a new crossing.
     let alerts: Vec<(String, i64)> =
@@ -717,10 +717,7 @@ async fn a_billing_job_asks_through_the_api_and_reads_the_decision(pool: PgPool)
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn approving_a_follow_on_key_issues_a_linked_key_for_the_difference(pool: PgPool) {
     let (app, _stripe, secret, key) = proxy_with_key(pool.clone(), 1_000).await;
-    assert_eq!(
-        app.stripe("/v1/charges", &secret, CHARGE, &[]).await.status,
-        StatusCode::OK
-    );
+    assert_eq!(app.charge(&secret, CHARGE).await.status, StatusCode::OK);
     let operator = app.signed_in("ops@example.com", Role::Operator).await;
     app.post_form(
         &format!("/keys/{key}/cap-increase-requests"),
@@ -776,13 +773,11 @@ async fn approving_a_follow_on_key_issues_a_linked_key_for_the_difference(pool: 
         "the original key keeps its cap"
     );
     assert_eq!(
-        app.stripe("/v1/charges", &secret, CHARGE, &[]).await.status,
+        app.charge(&secret, CHARGE).await.status,
         StatusCode::PAYMENT_REQUIRED
     );
     for _ in 0..2 {
-        let charged = app
-            .stripe("/v1/charges", &follow_on_secret, CHARGE, &[])
-            .await;
+        let charged = app.charge(&follow_on_secret, CHARGE).await;
         assert_eq!(charged.status, StatusCode::OK, "{}", charged.body);
     }
     // What the key can move in all now counts its follow-on key.
@@ -844,8 +839,8 @@ async fn requests_and_decisions_reach_the_webhooks(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_refused_call_and_its_alert_lead_to_a_prefilled_request(pool: PgPool) {
     let (app, _stripe, secret, key) = proxy_with_key(pool.clone(), 1_000).await;
-    app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
-    let refused = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+    app.charge(&secret, CHARGE).await;
+    let refused = app.charge(&secret, CHARGE).await;
     assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
     let call = crate::helpers::count(
         &pool,
@@ -961,7 +956,7 @@ async fn the_suggestion_from_a_keys_page_counts_the_charges_the_cap_refused(pool
     // (one retried under its Idempotency-Key, still one charge).
     let (app, _stripe, secret, key) = proxy_with_key(pool.clone(), 5_000).await;
     for _ in 0..5 {
-        let charged = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+        let charged = app.charge(&secret, CHARGE).await;
         assert_eq!(charged.status, StatusCode::OK, "{}", charged.body);
     }
     for idempotency_key in ["run-6", "run-7", "run-8", "run-8"] {

@@ -233,6 +233,11 @@ impl TestApp {
             .await
     }
 
+    /// A charge through the proxy with `vault_key`, no extra headers.
+    pub async fn charge(&self, vault_key: &str, form: &str) -> TestResponse {
+        self.stripe("/v1/charges", vault_key, form, &[]).await
+    }
+
     /// What the page at `path` shows as the one-time notice.
     pub async fn notice(&self, path: &str, cookie: &str) -> String {
         let page = self.get(path, Some(cookie)).await;
@@ -379,6 +384,15 @@ pub async fn count(pool: &PgPool, sql: &str) -> i64 {
         .fetch_one(pool)
         .await
         .unwrap_or_else(|err| panic!("{sql}: {err}"))
+}
+
+/// How many times `action` is in the operator action log.
+pub async fn actions_logged(pool: &PgPool, action: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM operator_actions WHERE action = $1")
+        .bind(action)
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }
 
 /// The one-time secret a page shows (a new key, token or password).

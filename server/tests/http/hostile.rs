@@ -299,7 +299,7 @@ async fn bytes_stripes_parser_would_read_another_way_are_refused(pool: PgPool) {
         ),
     ];
     for (what, body) in &cases {
-        let refused = app.stripe("/v1/charges", &key, body, &[]).await;
+        let refused = app.charge(&key, body).await;
         assert_eq!(
             refused.status,
             StatusCode::BAD_REQUEST,
@@ -511,9 +511,7 @@ async fn console_work_holding_every_connection_does_not_starve_billing(pool: PgP
     for _ in 0..10 {
         held.push(app.pool.acquire().await.unwrap());
     }
-    let charged = app
-        .stripe("/v1/charges", &key, &charge(700, "cus_1"), &[])
-        .await;
+    let charged = app.charge(&key, &charge(700, "cus_1")).await;
     assert_eq!(charged.status, StatusCode::OK, "{}", charged.body);
     assert_eq!(stripe.charged(), (700, 1));
     drop(held);

@@ -74,7 +74,7 @@ async fn a_key_beyond_the_buffer_policy_works_only_once_another_person_approves_
     assert_eq!(keys, 1, "the waiting key is not issued");
 
     // Until approved, the secret opens nothing and nothing reaches Stripe.
-    let refused = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+    let refused = app.charge(&secret, CHARGE).await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{}", refused.body);
     assert!(stripe.seen().is_empty());
 
@@ -101,7 +101,7 @@ async fn a_key_beyond_the_buffer_policy_works_only_once_another_person_approves_
     assert_eq!(unconfirmed.status, StatusCode::SEE_OTHER);
     let said = app.notice("/approvals", &approver).await;
     assert!(said.contains("was not approved: press Approve"), "{said}");
-    let refused = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+    let refused = app.charge(&secret, CHARGE).await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{}", refused.body);
 
     // The confirmation says what the key may charge and how far beyond policy.
@@ -143,7 +143,7 @@ async fn a_key_beyond_the_buffer_policy_works_only_once_another_person_approves_
     assert_eq!(cap, 11_001);
     assert!(by_token.is_some(), "the key is the requester's");
 
-    let charged = app.stripe("/v1/charges", &secret, CHARGE, &[]).await;
+    let charged = app.charge(&secret, CHARGE).await;
     assert_eq!(charged.status, StatusCode::OK, "{}", charged.body);
     assert_eq!(stripe.seen().len(), 1);
 

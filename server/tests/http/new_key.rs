@@ -86,11 +86,7 @@ async fn an_operator_creates_a_key_from_an_expected_total_and_sees_its_secret_on
     );
     assert_eq!(thresholds, [75, 90]);
     assert_eq!(expires, "2026-12-31 23:59");
-    let logged = crate::helpers::count(
-        &pool,
-        "SELECT count(*) FROM operator_actions WHERE action = 'create_vault_key'",
-    )
-    .await;
+    let logged = crate::helpers::actions_logged(&pool, "create_vault_key").await;
     assert_eq!(logged, 1);
 }
 

@@ -564,11 +564,7 @@ async fn two_sign_offs_at_once_make_one(pool: PgPool) {
         refusal.to_string().contains("already signed off"),
         "{refusal}"
     );
-    let signed_offs = crate::helpers::count(
-        &pool,
-        "SELECT count(*) FROM operator_actions WHERE action = 'period.sign_off'",
-    )
-    .await;
+    let signed_offs = crate::helpers::actions_logged(&pool, "period.sign_off").await;
     assert_eq!(signed_offs, 1);
 }
 

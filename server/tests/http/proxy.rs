@@ -76,7 +76,7 @@ async fn decisions(pool: &PgPool) -> Vec<String> {
 async fn charges_go_through_until_the_cap_refuses_the_next_one(pool: PgPool) {
     let (app, stripe, key, key_id) = proxy_with_key(pool.clone(), 3000).await;
     for n in 1..=3 {
-        let response = app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+        let response = app.charge(&key, CHARGE).await;
         assert_eq!(
             response.status,
             StatusCode::OK,
@@ -90,7 +90,7 @@ async fn charges_go_through_until_the_cap_refuses_the_next_one(pool: PgPool) {
         );
         assert_eq!(response.headers["request-id"], format!("req_fake{n}"));
     }
-    let refused = app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    let refused = app.charge(&key, CHARGE).await;
     assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
     let error = &refused.json()["error"];
     assert_eq!(error["type"], "invalid_request_error");
@@ -185,12 +185,7 @@ async fn a_retry_with_the_same_idempotency_key_is_forwarded_but_not_reserved_twi
 async fn a_declined_card_releases_the_reservation_and_passes_stripes_error_through(pool: PgPool) {
     let (app, _, key, key_id) = proxy_with_key(pool.clone(), 5000).await;
     let declined = app
-        .stripe(
-            "/v1/charges",
-            &key,
-            "amount=1000&currency=usd&customer=cus_decline",
-            &[],
-        )
+        .charge(&key, "amount=1000&currency=usd&customer=cus_decline")
         .await;
     assert_eq!(declined.status, StatusCode::PAYMENT_REQUIRED);
     assert_eq!(declined.error_code(), "card_declined");
@@ -206,21 +201,11 @@ async fn a_declined_card_releases_the_reservation_and_passes_stripes_error_throu
 async fn an_upstream_500_or_timeout_keeps_the_amount_reserved_as_outcome_unknown(pool: PgPool) {
     let (app, _, key, key_id) = proxy_with_key(pool.clone(), 5000).await;
     let failed = app
-        .stripe(
-            "/v1/charges",
-            &key,
-            "amount=1000&currency=usd&customer=cus_500",
-            &[],
-        )
+        .charge(&key, "amount=1000&currency=usd&customer=cus_500")
         .await;
     assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
     let slow = app
-        .stripe(
-            "/v1/charges",
-            &key,
-            "amount=700&currency=usd&customer=cus_slow",
-            &[],
-        )
+        .charge(&key, "amount=700&currency=usd&customer=cus_slow")
         .await;
     assert_eq!(slow.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(slow.error_code(), "outcome_unknown");
@@ -253,12 +238,7 @@ async fn an_unreachable_upstream_releases_the_reservation_with_a_502(pool: PgPoo
                        "expires_at": crate::helpers::in_a_month() });
     let created = app.post_json("/vault/keys", &token, body).await.json();
     let response = app
-        .stripe(
-            "/v1/charges",
-            created["vault_key"].as_str().unwrap(),
-            CHARGE,
-            &[],
-        )
+        .charge(created["vault_key"].as_str().unwrap(), CHARGE)
         .await;
     assert_eq!(response.status, StatusCode::BAD_GATEWAY);
     assert_eq!(response.error_code(), "upstream_unreachable");
@@ -362,7 +342,7 @@ async fn refusals_are_stripe_shaped_audited_and_never_forwarded(pool: PgPool) {
         "x".repeat(server::proxy::MAX_BODY)
     );
     assert_eq!(
-        app.stripe("/v1/charges", &key, &huge, &[]).await.status,
+        app.charge(&key, &huge).await.status,
         StatusCode::PAYLOAD_TOO_LARGE
     );
     let no_key = app
@@ -399,7 +379,7 @@ async fn a_revoked_key_is_refused_from_the_next_call(pool: PgPool) {
         json!({ "reason": "leaked" }),
     )
     .await;
-    let response = app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    let response = app.charge(&key, CHARGE).await;
     assert_eq!(response.status, StatusCode::UNAUTHORIZED);
     assert_eq!(response.error_code(), "api_key_revoked");
     assert!(response.json()["error"]["message"]
@@ -432,7 +412,7 @@ async fn with_the_database_gone_the_proxy_fails_closed(pool: PgPool) {
     let (app, stripe, key, _) = proxy_with_key(pool.clone(), 5000).await;
     app.pool.close().await;
     app.ledger_pool.close().await;
-    let response = app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    let response = app.charge(&key, CHARGE).await;
     assert_eq!(response.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.json()["error"]["type"], "api_error");
     assert!(stripe.seen().is_empty(), "nothing unmetered was forwarded");
@@ -442,8 +422,8 @@ async fn with_the_database_gone_the_proxy_fails_closed(pool: PgPool) {
 async fn calls_are_counted_by_decision_in_the_metrics(pool: PgPool) {
     server::metrics::install();
     let (app, _, key, _) = proxy_with_key(pool, 1000).await;
-    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
-    app.stripe("/v1/charges", &key, CHARGE, &[]).await;
+    app.charge(&key, CHARGE).await;
+    app.charge(&key, CHARGE).await;
     let metrics = app.get("/metrics", None).await;
     assert_eq!(
         metrics.status,

@@ -391,11 +391,7 @@ async fn a_finding_resolved_twice_at_once_is_resolved_once(pool: PgPool) {
         1,
         "{first:?} {second:?}"
     );
-    let recorded = crate::helpers::count(
-        &pool,
-        "SELECT count(*) FROM operator_actions WHERE action = 'finding.dismiss'",
-    )
-    .await;
+    let recorded = crate::helpers::actions_logged(&pool, "finding.dismiss").await;
     assert_eq!(recorded, 1);
 }
 
@@ -423,7 +419,7 @@ async fn calls_of_unknown_outcome_are_settled_by_stripes_charge_and_never_releas
         let body = format!(
             "amount={cents}&currency=usd&customer={customer}&metadata%5Bcustomer_id%5D=c_{customer}&metadata%5Bbilling_period%5D={PERIOD}"
         );
-        let response = app.stripe("/v1/charges", &key, &body, &[]).await;
+        let response = app.charge(&key, &body).await;
         assert!(response.status.is_server_error(), "{}", response.body);
     }
     let money = || async {
@@ -549,11 +545,7 @@ async fn the_findings_download_as_csv_with_the_pages_filters(pool: PgPool) {
         "{}",
         bad.body
     );
-    let logged = crate::helpers::count(
-        &pool,
-        "SELECT count(*) FROM operator_actions WHERE action = 'export_findings_csv'",
-    )
-    .await;
+    let logged = crate::helpers::actions_logged(&pool, "export_findings_csv").await;
     assert_eq!(logged, 2);
 }
 

@@ -317,7 +317,7 @@ async fn a_charge_made_around_the_proxy_is_unmetered_and_announced_once(pool: Pg
     let (app, _stripe, key, _key_id) = receiving(pool.clone(), 5000).await;
     let (url, received) = receiver(StatusCode::OK).await;
     let notifier = crate::helpers::notifier(&pool, &[&url]).await;
-    let metered = app.stripe("/v1/charges", &key, CHARGE, &[]).await.json();
+    let metered = app.charge(&key, CHARGE).await.json();
     let metered_id = metered["id"].as_str().unwrap().to_owned();
 
     let now = Utc::now().timestamp();
@@ -374,7 +374,7 @@ async fn a_charge_made_around_the_proxy_is_unmetered_and_announced_once(pool: Pg
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_second_charge_for_a_customer_shows_as_a_duplicate_without_a_sync(pool: PgPool) {
     let (app, _stripe, key, _key_id) = receiving(pool.clone(), 5000).await;
-    let metered = app.stripe("/v1/charges", &key, CHARGE, &[]).await.json();
+    let metered = app.charge(&key, CHARGE).await.json();
     let now = Utc::now().timestamp();
     let events = [
         charge_event(

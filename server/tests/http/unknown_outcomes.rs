@@ -63,12 +63,7 @@ async fn a_call_whose_answer_was_lost_is_settled_by_sending_it_again(pool: PgPoo
 async fn a_call_without_an_idempotency_key_stays_reserved_for_a_person(pool: PgPool) {
     let (app, stripe, key, key_id) = proxy_with_key(pool.clone(), 5000).await;
     let lost = app
-        .stripe(
-            "/v1/charges",
-            &key,
-            "amount=800&currency=usd&customer=cus_lost",
-            &[],
-        )
+        .charge(&key, "amount=800&currency=usd&customer=cus_lost")
         .await;
     assert_eq!(lost.status, StatusCode::GATEWAY_TIMEOUT);
     later(&pool).await;

@@ -25,7 +25,7 @@ use anyhow::{ensure, Context};
 use clap::Args;
 use tokio::sync::watch;
 
-use super::{issue_keys, serve, BenchDatabase, FakeStripe, ServeProcess};
+use super::{issue_key, serve, BenchDatabase, FakeStripe, ServeProcess};
 use app::{
     domain::{Cents, VaultKeyId},
     keys::{spend, sql::VaultKeyRow},
@@ -231,10 +231,7 @@ impl Load {
     }
 
     async fn issue_key(&self, db: &BenchDatabase) -> anyhow::Result<(String, VaultKeyRow)> {
-        issue_keys(&db.pool, 1, Cents(self.admits as i64 * AMOUNT))
-            .await?
-            .pop()
-            .context("a key was issued")
+        issue_key(&db.pool, Cents(self.admits as i64 * AMOUNT)).await
     }
 
     /// `concurrency` clients sending the run's charges and hostile calls to

@@ -156,6 +156,17 @@ pub async fn stripe_answering(charge_id: &'static str) -> anyhow::Result<String>
     Ok(format!("http://{}", serve(stripe).await?))
 }
 
+/// One vault key for `/v1/charges` in USD, capped at `cap`, and its secret.
+pub async fn issue_key(
+    pool: &PgPool,
+    cap: app::domain::Cents,
+) -> anyhow::Result<(String, VaultKeyRow)> {
+    issue_keys(pool, 1, cap)
+        .await?
+        .pop()
+        .context("a key was issued")
+}
+
 /// `count` vault keys for `/v1/charges` in USD, each capped at `cap`.
 pub async fn issue_keys(
     pool: &PgPool,
