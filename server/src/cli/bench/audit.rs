@@ -15,8 +15,7 @@ use app::{
 use clap::Args;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 
-use super::{console::insert_keys, quantile, BenchDatabase, ServeProcess};
-use crate::cli::audit_rows;
+use super::{console::load, quantile, BenchDatabase, ServeProcess};
 
 #[derive(Debug, Args)]
 pub struct AuditBenchArgs {
@@ -39,10 +38,7 @@ const PASSWORD: &str = "bench-password-long-enough";
 const DEPTH: i64 = 100_000;
 
 pub async fn run(args: AuditBenchArgs) -> anyhow::Result<()> {
-    let db = BenchDatabase::start().await?;
-    let result = measure(&db, &args).await;
-    db.stop().await?;
-    result
+    BenchDatabase::around(async |db| measure(db, &args).await).await
 }
 
 async fn measure(db: &BenchDatabase, args: &AuditBenchArgs) -> anyhow::Result<()> {
@@ -51,14 +47,7 @@ async fn measure(db: &BenchDatabase, args: &AuditBenchArgs) -> anyhow::Result<()
         "vaultcap bench audit: {} audit rows over {} keys, {} requests per page",
         args.rows, args.keys, args.requests
     );
-    insert_keys(pool, args.keys).await?;
-    let loading = Instant::now();
-    let rows = audit_rows::generate(pool, args.rows).await?;
-    println!(
-        "loaded {rows} rows in {:.0} s",
-        loading.elapsed().as_secs_f64()
-    );
-    sqlx::query("VACUUM ANALYZE").execute(pool).await?;
+    load(pool, args.keys, args.rows).await?;
 
     let binary = std::env::current_exe().context("finding the vaultcap binary")?;
     let server = ServeProcess::start(

@@ -150,10 +150,7 @@ impl Load {
     }
 
     pub async fn run(&self) -> anyhow::Result<Report> {
-        let db = BenchDatabase::start().await?;
-        let result = self.run_in(&db).await;
-        db.stop().await?;
-        result
+        BenchDatabase::around(async |db| self.run_in(db).await).await
     }
 
     async fn run_in(&self, db: &BenchDatabase) -> anyhow::Result<Report> {
@@ -190,10 +187,7 @@ impl Load {
     /// broken connections and HAProxy's 502s and retry each charge with its
     /// Idempotency-Key, as a billing job would. `kills` is not used.
     pub async fn run_behind_haproxy(&self) -> anyhow::Result<Report> {
-        let db = BenchDatabase::start().await?;
-        let result = self.fleet_in(&db).await;
-        db.stop().await?;
-        result
+        BenchDatabase::around(async |db| self.fleet_in(db).await).await
     }
 
     async fn fleet_in(&self, db: &BenchDatabase) -> anyhow::Result<Report> {

@@ -38,10 +38,7 @@ pub struct ConsoleBenchArgs {
 const PASSWORD: &str = "bench-password-long-enough";
 
 pub async fn run(args: ConsoleBenchArgs) -> anyhow::Result<()> {
-    let db = BenchDatabase::start().await?;
-    let result = measure(&db, &args).await;
-    db.stop().await?;
-    result
+    BenchDatabase::around(async |db| measure(db, &args).await).await
 }
 
 async fn measure(db: &BenchDatabase, args: &ConsoleBenchArgs) -> anyhow::Result<()> {
@@ -50,14 +47,7 @@ async fn measure(db: &BenchDatabase, args: &ConsoleBenchArgs) -> anyhow::Result<
         "vaultcap bench console: {} keys, {} audit rows, {} requests per page",
         args.keys, args.audit_rows, args.requests
     );
-    insert_keys(pool, args.keys).await?;
-    let loading = Instant::now();
-    let rows = audit_rows::generate(pool, args.audit_rows).await?;
-    println!(
-        "loaded {rows} audit rows in {:.0} s",
-        loading.elapsed().as_secs_f64()
-    );
-    sqlx::query("VACUUM ANALYZE").execute(pool).await?;
+    load(pool, args.keys, args.audit_rows).await?;
     let stats: i64 = sqlx::query_scalar("SELECT count(*) FROM call_stats")
         .fetch_one(pool)
         .await?;
@@ -116,6 +106,20 @@ async fn measure(db: &BenchDatabase, args: &ConsoleBenchArgs) -> anyhow::Result<
         );
     }
     Ok(())
+}
+
+/// `keys` vault keys and `audit_rows` generated audit rows over them,
+/// vacuumed and analysed: the data the console and audit benches read.
+pub(super) async fn load(pool: &sqlx::PgPool, keys: u32, audit_rows: u64) -> anyhow::Result<u64> {
+    insert_keys(pool, keys).await?;
+    let loading = Instant::now();
+    let rows = audit_rows::generate(pool, audit_rows).await?;
+    println!(
+        "loaded {rows} audit rows in {:.0} s",
+        loading.elapsed().as_secs_f64()
+    );
+    sqlx::query("VACUUM ANALYZE").execute(pool).await?;
+    Ok(rows)
 }
 
 /// `count` keys over three billing periods with utilizations from 0 to

@@ -33,10 +33,7 @@ pub struct FleetBenchArgs {
 }
 
 pub async fn run(args: FleetBenchArgs) -> anyhow::Result<()> {
-    let db = BenchDatabase::start().await?;
-    let result = measure(&db, &args).await;
-    db.stop().await?;
-    result
+    BenchDatabase::around(async |db| measure(db, &args).await).await
 }
 
 async fn measure(db: &BenchDatabase, args: &FleetBenchArgs) -> anyhow::Result<()> {

@@ -135,6 +135,25 @@ impl BenchDatabase {
         self.pool.close().await;
         self.pg.stop().await
     }
+
+    /// Runs `measure` in a cluster of its own, stopped after it whatever
+    /// `measure` answered.
+    pub async fn around<T>(
+        measure: impl AsyncFnOnce(&BenchDatabase) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        Self::around_with(&[], measure).await
+    }
+
+    /// Like [`BenchDatabase::around`], with PostgreSQL settings (`name=value`).
+    pub async fn around_with<T>(
+        settings: &[&str],
+        measure: impl AsyncFnOnce(&BenchDatabase) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let db = Self::start_with(settings).await?;
+        let result = measure(&db).await;
+        db.stop().await?;
+        result
+    }
 }
 
 /// Serves a router on a free local port.

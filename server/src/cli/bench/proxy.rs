@@ -52,15 +52,15 @@ pub async fn run(args: ProxyBenchArgs) -> anyhow::Result<()> {
     } else {
         &[]
     };
-    let db = BenchDatabase::start_with(settings).await?;
-    if args.statements {
-        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            .execute(&db.pool)
-            .await?;
-    }
-    let result = measure(&db, &args).await;
-    db.stop().await?;
-    result
+    BenchDatabase::around_with(settings, async |db| {
+        if args.statements {
+            sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                .execute(&db.pool)
+                .await?;
+        }
+        measure(db, &args).await
+    })
+    .await
 }
 
 /// One load: who is called, how, with how many in flight.

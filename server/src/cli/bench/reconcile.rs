@@ -25,10 +25,7 @@ pub struct ReconcileBenchArgs {
 const PERIOD: &str = "2026-07";
 
 pub async fn run(args: ReconcileBenchArgs) -> anyhow::Result<()> {
-    let db = BenchDatabase::start().await?;
-    let result = measure(&db, &args).await;
-    db.stop().await?;
-    result
+    BenchDatabase::around(async |db| measure(db, &args).await).await
 }
 
 async fn measure(db: &BenchDatabase, args: &ReconcileBenchArgs) -> anyhow::Result<()> {

@@ -36,10 +36,7 @@ const TARGET_P99_MS: f64 = 25.0;
 const SECRET: &str = "whsec_bench";
 
 pub async fn run(args: WebhooksBenchArgs) -> anyhow::Result<()> {
-    let db = BenchDatabase::start().await?;
-    let result = measure(&db, &args).await;
-    db.stop().await?;
-    result
+    BenchDatabase::around(async |db| measure(db, &args).await).await
 }
 
 /// The customers the charges are spread over.
