@@ -2,7 +2,9 @@
 
 mod amount;
 mod count_tabs;
+mod data_table;
 mod day_figures;
+mod filters;
 mod layout;
 mod notice_banner;
 mod pager;
@@ -13,7 +15,9 @@ mod utilization;
 
 pub use amount::Amount;
 pub use count_tabs::CountTabs;
+pub use data_table::{col, num, DataTable};
 pub use day_figures::DayFiguresTable;
+pub use filters::{ApplyOrClear, PerPage};
 pub use layout::Layout;
 pub use notice_banner::NoticeBanner;
 pub use pager::KeysetPager;

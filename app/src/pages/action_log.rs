@@ -4,10 +4,12 @@ use leptos_router::hooks::use_query_map;
 
 use super::audit_log::TimeField;
 use crate::{
-    components::{utc, ErrorPanel, KeysetPager, ReplicaLagNotice, RequireRole},
+    components::{
+        col, utc, ApplyOrClear, DataTable, ErrorPanel, KeysetPager, PerPage, ReplicaLagNotice,
+        RequireRole,
+    },
     domain::{
         action_phrase, datetime_local, ActionEntry, ActionPage, ActionQuery, Role, ACTION_SOURCES,
-        AUDIT_PAGE_SIZES,
     },
     server_fns::list_actions,
 };
@@ -81,19 +83,8 @@ fn ActionFilters(query: ActionQuery, known: Vec<String>) -> impl IntoView {
                     {ACTION_SOURCES.into_iter().map(|s| view! { <option value=s selected=via == s>{s}</option> }).collect_view()}
                 </select>
             </div>
-            <div class="field">
-                <label for="actions-limit">"Per page"</label>
-                <select id="actions-limit" name="limit">
-                    {AUDIT_PAGE_SIZES.into_iter().map(|n| {
-                        let n = n.to_string();
-                        view! { <option value=n.clone() selected=n == limit>{n.clone()}</option> }
-                    }).collect_view()}
-                </select>
-            </div>
-            <div class="filter-actions">
-                <button type="submit" class="button button-primary">"Apply"</button>
-                <a class="button button-quiet" href="/actions">"Clear"</a>
-            </div>
+            <PerPage id="actions-limit" limit/>
+            <ApplyOrClear page="/actions"/>
         </form>
     }
 }
@@ -115,31 +106,19 @@ fn ActionTable(page: ActionPage, query: ActionQuery) -> impl IntoView {
         .into_any();
     }
     view! {
-        <div class="table-scroll" tabindex="0">
-            <table class="data actions">
-                <thead>
-                    <tr>
-                        <th scope="col">"Time (UTC)"</th>
-                        <th scope="col">"Who"</th>
-                        <th scope="col">"What"</th>
-                        <th scope="col">"Details"</th>
+        <DataTable class="data actions" columns=vec![col("Time (UTC)"), col("Who"), col("What"), col("Details")]>
+            {page.actions.into_iter().map(|a| {
+                let source = format!("{}{}", a.via, a.ip.as_ref().map(|ip| format!(" · {ip}")).unwrap_or_default());
+                view! {
+                    <tr data-action=a.id>
+                        <td class="nowrap">{utc(a.at)}</td>
+                        <td>{a.who.clone()} <div class="hint">{source}</div></td>
+                        <td><ActionWhat entry=a.clone()/></td>
+                        <td><ActionDetails entry=a.clone()/></td>
                     </tr>
-                </thead>
-                <tbody>
-                    {page.actions.into_iter().map(|a| {
-                        let source = format!("{}{}", a.via, a.ip.as_ref().map(|ip| format!(" · {ip}")).unwrap_or_default());
-                        view! {
-                            <tr data-action=a.id>
-                                <td class="nowrap">{utc(a.at)}</td>
-                                <td>{a.who.clone()} <div class="hint">{source}</div></td>
-                                <td><ActionWhat entry=a.clone()/></td>
-                                <td><ActionDetails entry=a.clone()/></td>
-                            </tr>
-                        }
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+                }
+            }).collect_view()}
+        </DataTable>
         {pager}
     }
     .into_any()

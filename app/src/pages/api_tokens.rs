@@ -2,7 +2,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::{
-    components::{utc, ErrorPanel, RequireRole},
+    components::{col, utc, DataTable, ErrorPanel, RequireRole},
     domain::{
         group_thousands, ApiScope, ApiTokenSummary, Role, TokenStatus, DEFAULT_TOKEN_DAYS,
         MAX_TOKEN_DAYS,
@@ -85,26 +85,9 @@ fn NewTokenForm() -> impl IntoView {
 #[component]
 fn TokenTable(tokens: Vec<ApiTokenSummary>) -> impl IntoView {
     view! {
-        <div class="table-scroll" tabindex="0">
-            <table class="data">
-                <caption>"Every API token, working ones first"</caption>
-                <thead>
-                    <tr>
-                        <th scope="col">"Name"</th>
-                        <th scope="col">"Token"</th>
-                        <th scope="col">"Scopes"</th>
-                        <th scope="col">"Status"</th>
-                        <th scope="col">"Created"</th>
-                        <th scope="col">"Expires"</th>
-                        <th scope="col">"Last used"</th>
-                        <th scope="col">"Actions"</th>
-                    </tr>
-                </thead>
-                <tbody>
-                    {tokens.into_iter().map(|token| view! { <TokenRow token/> }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <DataTable class="data" columns=vec![col("Name"), col("Token"), col("Scopes"), col("Status"), col("Created"), col("Expires"), col("Last used"), col("Actions")] caption="Every API token, working ones first" caption_shown=true>
+            {tokens.into_iter().map(|token| view! { <TokenRow token/> }).collect_view()}
+        </DataTable>
     }
 }
 

@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{utc, Amount, CountTabs, ErrorPanel, RequireRole},
+    components::{col, num, utc, Amount, CountTabs, DataTable, ErrorPanel, RequireRole},
     domain::{ApprovalsView, CapIncrease, KeyRequest, Me, RequestState, Role},
     server_fns::list_approvals,
 };
@@ -62,25 +62,12 @@ fn KeyRequestTable(requests: Vec<KeyRequest>, me: Option<Me>) -> impl IntoView {
     view! {
         <section aria-labelledby="key-requests">
             <h2 id="key-requests">"New keys beyond policy"</h2>
-            <div class="table-scroll" tabindex="0">
-                <table class="data approvals stack">
-                    <thead>
-                        <tr>
-                            <th scope="col">"Requested (UTC)"</th>
-                            <th scope="col">"Key"</th>
-                            <th scope="col" class="num">"Cap asked for"</th>
-                            <th scope="col">"Beyond policy because"</th>
-                            <th scope="col">"Decision"</th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        {requests.into_iter().map(|request| {
-                            let own = me_id.is_some() && request.requested_by_id == me_id;
-                            view! { <KeyRequestRow request can_decide own/> }
-                        }).collect_view()}
-                    </tbody>
-                </table>
-            </div>
+            <DataTable class="data approvals stack" columns=vec![col("Requested (UTC)"), col("Key"), num("Cap asked for"), col("Beyond policy because"), col("Decision")]>
+                {requests.into_iter().map(|request| {
+                    let own = me_id.is_some() && request.requested_by_id == me_id;
+                    view! { <KeyRequestRow request can_decide own/> }
+                }).collect_view()}
+            </DataTable>
         </section>
         <h2>"Cap increases"</h2>
     }

@@ -4,10 +4,13 @@ use leptos_router::hooks::use_query_map;
 
 use crate::{
     components::utc,
-    components::{Amount, ErrorPanel, KeysetPager, ReplicaLagNotice, RequireRole},
+    components::{
+        col, num, Amount, ApplyOrClear, DataTable, ErrorPanel, KeysetPager, PerPage,
+        ReplicaLagNotice, RequireRole,
+    },
     domain::{
         counted, datetime_local, group_thousands, AuditCall, AuditPage, AuditQuery, ChainStatus,
-        Decision, LogIntegrity, Role, AUDIT_PAGE_SIZES,
+        Decision, LogIntegrity, Role,
     },
     server_fns::{audit_integrity, list_audit},
 };
@@ -94,19 +97,8 @@ fn AuditFilters(query: AuditQuery) -> impl IntoView {
             {text("currency", "Currency", value(&query.currency), "usd")}
             {text("min_amount", "Amount from", value(&query.min_amount), "100.00")}
             {text("max_amount", "Amount to", value(&query.max_amount), "5,000.00")}
-            <div class="field">
-                <label for="audit-limit">"Per page"</label>
-                <select id="audit-limit" name="limit">
-                    {AUDIT_PAGE_SIZES.into_iter().map(|n| {
-                        let n = n.to_string();
-                        view! { <option value=n.clone() selected=n == limit>{n.clone()}</option> }
-                    }).collect_view()}
-                </select>
-            </div>
-            <div class="filter-actions">
-                <button type="submit" class="button button-primary">"Apply"</button>
-                <a class="button button-quiet" href="/audit">"Clear"</a>
-            </div>
+            <PerPage id="audit-limit" limit/>
+            <ApplyOrClear page="/audit"/>
         </form>
     }
 }
@@ -143,25 +135,9 @@ fn AuditResults(page: AuditPage, query: AuditQuery) -> impl IntoView {
             <p class="result-count">{format!("{} on this page, newest first", counted(page.calls.len(), "call", "calls"))}</p>
             <a class="button button-quiet" href=export download>"Export CSV"</a>
         </div>
-        <div class="table-scroll" tabindex="0">
-            <table class="data audit">
-                <thead>
-                    <tr>
-                        <th scope="col">"Time (UTC)"</th>
-                        <th scope="col">"Key"</th>
-                        <th scope="col">"Call"</th>
-                        <th scope="col">"Customer"</th>
-                        <th scope="col" class="num">"Amount"</th>
-                        <th scope="col">"Decision"</th>
-                        <th scope="col" class="num">"Stripe"</th>
-                        <th scope="col">"Idempotency key"</th>
-                    </tr>
-                </thead>
-                <tbody>
-                    {page.calls.into_iter().map(|call| view! { <CallRow call/> }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <DataTable class="data audit" columns=vec![col("Time (UTC)"), col("Key"), col("Call"), col("Customer"), num("Amount"), col("Decision"), num("Stripe"), col("Idempotency key")]>
+            {page.calls.into_iter().map(|call| view! { <CallRow call/> }).collect_view()}
+        </DataTable>
         {pager}
     }
     .into_any()

@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{Amount, ErrorPanel, RequireRole},
+    components::{col, num, Amount, DataTable, ErrorPanel, RequireRole},
     domain::{counted, BulkAction, BulkPreview, MAX_BULK},
     server_fns::preview_bulk,
 };
@@ -139,26 +139,16 @@ fn Preview(preview: BulkPreview) -> impl IntoView {
                         </div>
                     </form>
                 </section>
-                <div class="table-scroll" tabindex="0">
-                    <table class="data">
-                        <thead><tr>
-                            <th scope="col">"Finding"</th>
-                            <th scope="col">"Customer"</th>
-                            <th scope="col">"Charges"</th>
-                            <th scope="col" class="num">"At risk"</th>
-                        </tr></thead>
-                        <tbody>
-                            {preview.findings.iter().map(|finding| view! {
-                                <tr data-finding=finding.id>
-                                    <td class="nowrap"><a href=format!("/reconciliation/{}", finding.id)>{format!("#{}", finding.id)}</a>{format!(" {}", finding.kind.one())}</td>
-                                    <td>{finding.customer_id.clone()}</td>
-                                    <td><code>{finding.charge_ids.join(", ")}</code></td>
-                                    <td class="num"><Amount cents=finding.at_risk currency=finding.currency.clone()/></td>
-                                </tr>
-                            }).collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                <DataTable class="data" columns=vec![col("Finding"), col("Customer"), col("Charges"), num("At risk")]>
+                    {preview.findings.iter().map(|finding| view! {
+                        <tr data-finding=finding.id>
+                            <td class="nowrap"><a href=format!("/reconciliation/{}", finding.id)>{format!("#{}", finding.id)}</a>{format!(" {}", finding.kind.one())}</td>
+                            <td>{finding.customer_id.clone()}</td>
+                            <td><code>{finding.charge_ids.join(", ")}</code></td>
+                            <td class="num"><Amount cents=finding.at_risk currency=finding.currency.clone()/></td>
+                        </tr>
+                    }).collect_view()}
+                </DataTable>
             }.into_any()
         }}
     }

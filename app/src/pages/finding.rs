@@ -6,7 +6,7 @@ use super::{
     reconciliation::{FindingActions, Resolution},
 };
 use crate::{
-    components::{record_page, utc, Amount, Record},
+    components::{col, num, record_page, utc, Amount, DataTable, Record},
     domain::{EvidenceCharge, FindingEvidence, Me, Role},
     server_fns::get_finding,
 };
@@ -96,24 +96,16 @@ fn Evidence(evidence: FindingEvidence, can_act: bool) -> impl IntoView {
                 view! { <p class="hint">"Nobody has acted on this finding yet."</p> }.into_any()
             } else {
                 view! {
-                    <div class="table-scroll" tabindex="0">
-                        <table class="data compact">
-                            <thead><tr>
-                                <th scope="col">"Time (UTC)"</th><th scope="col">"Who"</th>
-                                <th scope="col">"What"</th><th scope="col">"Details"</th>
-                            </tr></thead>
-                            <tbody>
-                                {evidence.history.into_iter().map(|entry| view! {
-                                    <tr>
-                                        <td class="nowrap">{entry.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
-                                        <td>{entry.who.clone()}</td>
-                                        <td><ActionWhat entry=entry.clone()/></td>
-                                        <td><ActionDetails entry/></td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                    <DataTable class="data compact" columns=vec![col("Time (UTC)"), col("Who"), col("What"), col("Details")]>
+                        {evidence.history.into_iter().map(|entry| view! {
+                            <tr>
+                                <td class="nowrap">{entry.at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+                                <td>{entry.who.clone()}</td>
+                                <td><ActionWhat entry=entry.clone()/></td>
+                                <td><ActionDetails entry/></td>
+                            </tr>
+                        }).collect_view()}
+                    </DataTable>
                 }.into_any()
             }}
         </section>
@@ -221,35 +213,22 @@ fn ProxyCalls(evidence: FindingEvidence) -> impl IntoView {
                 view! { <p class="hint">"No call through the proxy for this customer and period: the charges were made around Vaultcap."</p> }.into_any()
             } else {
                 view! {
-                    <div class="table-scroll" tabindex="0">
-                        <table class="data">
-                            <thead><tr>
-                                <th scope="col">"Time (UTC)"</th>
-                                <th scope="col">"Vault key"</th>
-                                <th scope="col">"Idempotency key"</th>
-                                <th scope="col" class="num">"Amount"</th>
-                                <th scope="col">"Decision"</th>
-                                <th scope="col" class="num">"Stripe status"</th>
-                                <th scope="col">"Stripe object"</th>
-                            </tr></thead>
-                            <tbody>
-                                {evidence.calls.into_iter().map(|call| view! {
-                                    <tr class=call.decision.is_refusal().then_some("refused")>
-                                        <td class="nowrap"><a href=format!("/audit/{}", call.id)>{call.at.format("%Y-%m-%d %H:%M:%S").to_string()}</a></td>
-                                        <td class="nowrap">{call.key_prefix.clone().map(|p| format!("{p}…")).unwrap_or_default()}</td>
-                                        <td><code>{call.idempotency_key.clone().unwrap_or_else(|| "none".into())}</code></td>
-                                        <td class="num">{call.amount.map(|cents| view! { <Amount cents currency=currency.clone()/> })}</td>
-                                        <td>
-                                            {call.decision.label()}
-                                            {call.message.clone().map(|m| view! { <div class="hint">{m}</div> })}
-                                        </td>
-                                        <td class="num">{call.upstream_status.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td>
-                                        <td class="object-id"><code>{call.stripe_object_id.clone().unwrap_or_default()}</code></td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                    <DataTable class="data" columns=vec![col("Time (UTC)"), col("Vault key"), col("Idempotency key"), num("Amount"), col("Decision"), num("Stripe status"), col("Stripe object")]>
+                        {evidence.calls.into_iter().map(|call| view! {
+                            <tr class=call.decision.is_refusal().then_some("refused")>
+                                <td class="nowrap"><a href=format!("/audit/{}", call.id)>{call.at.format("%Y-%m-%d %H:%M:%S").to_string()}</a></td>
+                                <td class="nowrap">{call.key_prefix.clone().map(|p| format!("{p}…")).unwrap_or_default()}</td>
+                                <td><code>{call.idempotency_key.clone().unwrap_or_else(|| "none".into())}</code></td>
+                                <td class="num">{call.amount.map(|cents| view! { <Amount cents currency=currency.clone()/> })}</td>
+                                <td>
+                                    {call.decision.label()}
+                                    {call.message.clone().map(|m| view! { <div class="hint">{m}</div> })}
+                                </td>
+                                <td class="num">{call.upstream_status.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td>
+                                <td class="object-id"><code>{call.stripe_object_id.clone().unwrap_or_default()}</code></td>
+                            </tr>
+                        }).collect_view()}
+                    </DataTable>
                 }.into_any()
             }}
         </section>

@@ -3,7 +3,8 @@ use leptos_meta::Title;
 
 use crate::{
     components::{
-        record_page, utc, Amount, DayFiguresTable, Record, ReplicaLagNotice, UtilizationMeter,
+        col, num, record_page, utc, Amount, DataTable, DayFiguresTable, Record, ReplicaLagNotice,
+        UtilizationMeter,
     },
     domain::{
         ApplyAs, Cents, DuplicatePolicy, KeyDetail, KeyStatus, KeySummary, Me, RequestState, Role,
@@ -187,55 +188,43 @@ fn CapHistory(detail: KeyDetail) -> impl IntoView {
     view! {
         <section class="panel" aria-labelledby="cap-history-heading">
             <h2 id="cap-history-heading">"Cap history"</h2>
-            <div class="table-scroll" tabindex="0">
-                <table class="data compact">
-                    <thead>
-                        <tr>
-                            <th scope="col">"Requested (UTC)"</th>
-                            <th scope="col" class="num">"Cap"</th>
-                            <th scope="col">"Reason"</th>
-                            <th scope="col">"Outcome"</th>
+            <DataTable class="data compact" columns=vec![col("Requested (UTC)"), num("Cap"), col("Reason"), col("Outcome")]>
+                {detail.cap_history.into_iter().map(|request| {
+                    let state = request.state;
+                    let outcome = match state {
+                        RequestState::Pending => format!("waiting for an approver until {}", utc(request.expires_at)),
+                        RequestState::Expired => format!("expired undecided at {}", utc(request.expires_at)),
+                        _ => format!(
+                            "{} by {} at {}{}",
+                            state.as_str(),
+                            request.decided_by.clone().unwrap_or_default(),
+                            request.decided_at.map(utc).unwrap_or_default(),
+                            request.decision_note.as_ref().map(|n| format!(": {n}")).unwrap_or_default()
+                        ),
+                    };
+                    view! {
+                        <tr data-request=request.id>
+                            <td class="nowrap">{utc(request.requested_at)}</td>
+                            <td class="num nowrap">
+                                <span class="amount">{request.change()}</span>
+                                <div class="hint">{request.apply_as.label()}</div>
+                            </td>
+                            <td>{request.reason.clone()}<div class="hint">{format!("by {} {}", request.requested_by, request.origin_label())}</div></td>
+                            <td>
+                                <span class=format!("status status-request-{}", state.as_str())>{state.as_str()}</span>
+                                <div class="hint">{outcome}</div>
+                                {request.follow_on_key_id.map(|key| view! { <a href=format!("/keys/{key}")>"Follow-on key"</a> })}
+                            </td>
                         </tr>
-                    </thead>
-                    <tbody>
-                        {detail.cap_history.into_iter().map(|request| {
-                            let state = request.state;
-                            let outcome = match state {
-                                RequestState::Pending => format!("waiting for an approver until {}", utc(request.expires_at)),
-                                RequestState::Expired => format!("expired undecided at {}", utc(request.expires_at)),
-                                _ => format!(
-                                    "{} by {} at {}{}",
-                                    state.as_str(),
-                                    request.decided_by.clone().unwrap_or_default(),
-                                    request.decided_at.map(utc).unwrap_or_default(),
-                                    request.decision_note.as_ref().map(|n| format!(": {n}")).unwrap_or_default()
-                                ),
-                            };
-                            view! {
-                                <tr data-request=request.id>
-                                    <td class="nowrap">{utc(request.requested_at)}</td>
-                                    <td class="num nowrap">
-                                        <span class="amount">{request.change()}</span>
-                                        <div class="hint">{request.apply_as.label()}</div>
-                                    </td>
-                                    <td>{request.reason.clone()}<div class="hint">{format!("by {} {}", request.requested_by, request.origin_label())}</div></td>
-                                    <td>
-                                        <span class=format!("status status-request-{}", state.as_str())>{state.as_str()}</span>
-                                        <div class="hint">{outcome}</div>
-                                        {request.follow_on_key_id.map(|key| view! { <a href=format!("/keys/{key}")>"Follow-on key"</a> })}
-                                    </td>
-                                </tr>
-                            }
-                        }).collect_view()}
-                        <tr>
-                            <td class="nowrap">{utc(detail.created_at)}</td>
-                            <td class="num"><Amount cents=issued_with currency=currency.clone()/></td>
-                            <td>"Issued"</td>
-                            <td class="hint">{detail.parent_key_id.map(|parent| format!("follow-on of key {parent}")).unwrap_or_default()}</td>
-                        </tr>
-                    </tbody>
-                </table>
-            </div>
+                    }
+                }).collect_view()}
+                <tr>
+                    <td class="nowrap">{utc(detail.created_at)}</td>
+                    <td class="num"><Amount cents=issued_with currency=currency.clone()/></td>
+                    <td>"Issued"</td>
+                    <td class="hint">{detail.parent_key_id.map(|parent| format!("follow-on of key {parent}")).unwrap_or_default()}</td>
+                </tr>
+            </DataTable>
             {detail.parent_key_id.map(|parent| view! {
                 <p><a href=format!("/keys/{parent}")>"The key this one extends"</a></p>
             })}
@@ -326,34 +315,19 @@ fn LatestCalls(detail: KeyDetail) -> impl IntoView {
     }
     let currency = detail.key.currency.clone();
     view! {
-        <div class="table-scroll" tabindex="0">
-            <table class="data">
-                <thead>
-                    <tr>
-                        <th scope="col">"Time (UTC)"</th>
-                        <th scope="col">"Call"</th>
-                        <th scope="col">"Customer"</th>
-                        <th scope="col" class="num">"Amount"</th>
-                        <th scope="col">"Decision"</th>
-                        <th scope="col" class="num">"Stripe status"</th>
-                        <th scope="col">"Stripe object"</th>
-                    </tr>
-                </thead>
-                <tbody>
-                    {detail.latest_calls.into_iter().map(|call| view! {
-                        <tr class=call.decision.is_refusal().then_some("refused")>
-                            <td class="nowrap"><a href=format!("/audit/{}", call.id)>{call.at.format("%Y-%m-%d %H:%M:%S").to_string()}</a></td>
-                            <td class="nowrap"><code>{format!("{} {}", call.method, call.path)}</code></td>
-                            <td>{call.customer.clone().unwrap_or_default()}</td>
-                            <td class="num">{call.amount.map(|cents| view! { <Amount cents currency=currency.clone()/> })}</td>
-                            <td class="nowrap">{call.decision.label()}</td>
-                            <td class="num">{call.upstream_status.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td>
-                            <td class="object-id"><code>{call.stripe_object_id.clone().unwrap_or_default()}</code></td>
-                        </tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <DataTable class="data" columns=vec![col("Time (UTC)"), col("Call"), col("Customer"), num("Amount"), col("Decision"), num("Stripe status"), col("Stripe object")]>
+            {detail.latest_calls.into_iter().map(|call| view! {
+                <tr class=call.decision.is_refusal().then_some("refused")>
+                    <td class="nowrap"><a href=format!("/audit/{}", call.id)>{call.at.format("%Y-%m-%d %H:%M:%S").to_string()}</a></td>
+                    <td class="nowrap"><code>{format!("{} {}", call.method, call.path)}</code></td>
+                    <td>{call.customer.clone().unwrap_or_default()}</td>
+                    <td class="num">{call.amount.map(|cents| view! { <Amount cents currency=currency.clone()/> })}</td>
+                    <td class="nowrap">{call.decision.label()}</td>
+                    <td class="num">{call.upstream_status.map(|s| s.to_string()).unwrap_or_else(|| "—".into())}</td>
+                    <td class="object-id"><code>{call.stripe_object_id.clone().unwrap_or_default()}</code></td>
+                </tr>
+            }).collect_view()}
+        </DataTable>
     }
     .into_any()
 }

@@ -2,7 +2,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::{
-    components::{utc, ErrorPanel, RequireRole},
+    components::{col, utc, DataTable, ErrorPanel, RequireRole},
     domain::{Me, OperatorSummary, Role},
     server_fns::list_operators,
 };
@@ -85,54 +85,40 @@ fn RoleSelect(
 fn OperatorTable(operators: Vec<OperatorSummary>, me: Option<Me>) -> impl IntoView {
     let my_id = me.map(|me| me.id);
     view! {
-        <div class="table-scroll" tabindex="0">
-            <table class="data">
-                <caption>"Everyone who can sign in"</caption>
-                <thead>
-                    <tr>
-                        <th scope="col">"Email"</th>
-                        <th scope="col">"Role"</th>
-                        <th scope="col">"Status"</th>
-                        <th scope="col">"Added"</th>
-                        <th scope="col">"Actions"</th>
+        <DataTable class="data" columns=vec![col("Email"), col("Role"), col("Status"), col("Added"), col("Actions")] caption="Everyone who can sign in" caption_shown=true>
+            {operators.into_iter().map(|op| {
+                let role_select_id = format!("role-{}", op.id);
+                let is_me = my_id == Some(op.id);
+                view! {
+                    <tr data-operator=op.email.clone()>
+                        <td>{op.email.clone()} {is_me.then_some(view! { <span class="muted">" (you)"</span> })}</td>
+                        <td>
+                            <form class="row-form" method="post" action=format!("/operators/{}/role", op.id)>
+                                <label class="visually-hidden" for=role_select_id.clone()>
+                                    {format!("Role of {}", op.email)}
+                                </label>
+                                <RoleSelect id=role_select_id selected=op.role/>
+                                <button type="submit" class="button button-quiet">"Change role"</button>
+                            </form>
+                        </td>
+                        <td>
+                            <span class=if op.disabled { "status status-revoked" } else { "status status-active" }>
+                                {if op.disabled { "disabled" } else { "active" }}
+                            </span>
+                        </td>
+                        <td class="nowrap">{utc(op.created_at)}</td>
+                        <td>
+                            <form class="row-form" method="post" action=format!("/operators/{}/disabled", op.id)>
+                                <input type="hidden" name="disabled" value=if op.disabled { "false" } else { "true" }/>
+                                <button type="submit" class="button button-quiet" disabled=is_me && !op.disabled
+                                    aria-label=format!("{} {}", if op.disabled { "Enable" } else { "Disable" }, op.email)>
+                                    {if op.disabled { "Enable" } else { "Disable" }}
+                                </button>
+                            </form>
+                        </td>
                     </tr>
-                </thead>
-                <tbody>
-                    {operators.into_iter().map(|op| {
-                        let role_select_id = format!("role-{}", op.id);
-                        let is_me = my_id == Some(op.id);
-                        view! {
-                            <tr data-operator=op.email.clone()>
-                                <td>{op.email.clone()} {is_me.then_some(view! { <span class="muted">" (you)"</span> })}</td>
-                                <td>
-                                    <form class="row-form" method="post" action=format!("/operators/{}/role", op.id)>
-                                        <label class="visually-hidden" for=role_select_id.clone()>
-                                            {format!("Role of {}", op.email)}
-                                        </label>
-                                        <RoleSelect id=role_select_id selected=op.role/>
-                                        <button type="submit" class="button button-quiet">"Change role"</button>
-                                    </form>
-                                </td>
-                                <td>
-                                    <span class=if op.disabled { "status status-revoked" } else { "status status-active" }>
-                                        {if op.disabled { "disabled" } else { "active" }}
-                                    </span>
-                                </td>
-                                <td class="nowrap">{utc(op.created_at)}</td>
-                                <td>
-                                    <form class="row-form" method="post" action=format!("/operators/{}/disabled", op.id)>
-                                        <input type="hidden" name="disabled" value=if op.disabled { "false" } else { "true" }/>
-                                        <button type="submit" class="button button-quiet" disabled=is_me && !op.disabled
-                                            aria-label=format!("{} {}", if op.disabled { "Enable" } else { "Disable" }, op.email)>
-                                            {if op.disabled { "Enable" } else { "Disable" }}
-                                        </button>
-                                    </form>
-                                </td>
-                            </tr>
-                        }
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+                }
+            }).collect_view()}
+        </DataTable>
     }
 }

@@ -6,7 +6,7 @@ use super::{
     overview::state_class,
 };
 use crate::{
-    components::{record_page, utc, Amount, Record},
+    components::{col, num, record_page, utc, Amount, DataTable, Record},
     domain::{Me, PeriodCloseView, PeriodReport, PeriodState, Role},
     server_fns::get_period_close,
 };
@@ -189,38 +189,23 @@ fn Money(report: PeriodReport, signed: bool) -> impl IntoView {
                 view! { <p>{format!("No key was issued and no charge synced for {period}.")}</p> }.into_any()
             } else {
                 view! {
-                    <div class="table-scroll" tabindex="0">
-                        <table class="data totals" data-testid="period-money">
-                            <caption class="visually-hidden">"Money per currency"</caption>
-                            <thead><tr>
-                                <th scope="col">"Currency"</th>
-                                <th scope="col" class="num">"Keys"</th>
-                                <th scope="col" class="num">"Expected"</th>
-                                <th scope="col" class="num">"Capped"</th>
-                                <th scope="col" class="num">"Metered"</th>
-                                <th scope="col" class="num">"Charged"</th>
-                                <th scope="col" class="num">"Refunded"</th>
-                                <th scope="col" class="num">"Net"</th>
-                            </tr></thead>
-                            <tbody>
-                                {report.money.into_iter().map(|m| {
-                                    let c = m.currency.clone();
-                                    view! {
-                                        <tr>
-                                            <th scope="row">{c.to_string()}</th>
-                                            <td class="num">{m.keys}</td>
-                                            <td class="num"><Amount cents=m.expected currency=c.clone()/></td>
-                                            <td class="num"><Amount cents=m.capped currency=c.clone()/></td>
-                                            <td class="num"><Amount cents=m.metered currency=c.clone()/></td>
-                                            <td class="num"><Amount cents=m.charged currency=c.clone()/></td>
-                                            <td class="num"><Amount cents=m.refunded currency=c.clone()/></td>
-                                            <td class="num"><Amount cents=m.net() currency=c/></td>
-                                        </tr>
-                                    }
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                    <DataTable class="data totals" columns=vec![col("Currency"), num("Keys"), num("Expected"), num("Capped"), num("Metered"), num("Charged"), num("Refunded"), num("Net")] caption="Money per currency" testid="period-money">
+                        {report.money.into_iter().map(|m| {
+                            let c = m.currency.clone();
+                            view! {
+                                <tr>
+                                    <th scope="row">{c.to_string()}</th>
+                                    <td class="num">{m.keys}</td>
+                                    <td class="num"><Amount cents=m.expected currency=c.clone()/></td>
+                                    <td class="num"><Amount cents=m.capped currency=c.clone()/></td>
+                                    <td class="num"><Amount cents=m.metered currency=c.clone()/></td>
+                                    <td class="num"><Amount cents=m.charged currency=c.clone()/></td>
+                                    <td class="num"><Amount cents=m.refunded currency=c.clone()/></td>
+                                    <td class="num"><Amount cents=m.net() currency=c/></td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </DataTable>
                 }.into_any()
             }}
             <p class="hint">{format!("{} calls audited for the period's keys.", report.calls)}</p>
@@ -242,30 +227,21 @@ fn Findings(report: PeriodReport) -> impl IntoView {
             <h2 id="findings-heading">"Findings"</h2>
             <p>{summary} " " <a class="no-print" href=format!("/reconciliation?period={period}")>{format!("Reconciliation {period}")}</a></p>
             {(!report.findings.is_empty()).then(|| view! {
-                <div class="table-scroll" tabindex="0">
-                    <table class="data compact">
-                        <caption class="visually-hidden">"Findings of the period"</caption>
-                        <thead><tr>
-                            <th scope="col">"#"</th><th scope="col">"Kind"</th><th scope="col">"Customer"</th>
-                            <th scope="col" class="num">"At risk"</th><th scope="col">"Resolution"</th>
-                        </tr></thead>
-                        <tbody>
-                            {report.findings.into_iter().map(|f| view! {
-                                <tr>
-                                    <td><a href=format!("/reconciliation/{}", f.id)>{f.id.to_string()}</a></td>
-                                    <td>{f.kind.one()}</td>
-                                    <td>{f.customer_id.clone()}</td>
-                                    <td class="num"><Amount cents=f.at_risk currency=f.currency.clone()/></td>
-                                    <td>{match (&f.resolution, &f.resolved_by) {
-                                        (None, _) => "open".to_owned(),
-                                        (Some(r), Some(by)) => format!("{r} by {by}"),
-                                        (Some(r), None) => r.clone(),
-                                    }}</td>
-                                </tr>
-                            }).collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                <DataTable class="data compact" columns=vec![col("#"), col("Kind"), col("Customer"), num("At risk"), col("Resolution")] caption="Findings of the period">
+                    {report.findings.into_iter().map(|f| view! {
+                        <tr>
+                            <td><a href=format!("/reconciliation/{}", f.id)>{f.id.to_string()}</a></td>
+                            <td>{f.kind.one()}</td>
+                            <td>{f.customer_id.clone()}</td>
+                            <td class="num"><Amount cents=f.at_risk currency=f.currency.clone()/></td>
+                            <td>{match (&f.resolution, &f.resolved_by) {
+                                (None, _) => "open".to_owned(),
+                                (Some(r), Some(by)) => format!("{r} by {by}"),
+                                (Some(r), None) => r.clone(),
+                            }}</td>
+                        </tr>
+                    }).collect_view()}
+                </DataTable>
             })}
         </section>
     }

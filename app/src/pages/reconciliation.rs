@@ -3,7 +3,7 @@ use leptos_meta::{Meta, Title};
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{utc, Amount, ErrorPanel, ReplicaLagNotice, RequireRole},
+    components::{col, num, utc, Amount, DataTable, ErrorPanel, ReplicaLagNotice, RequireRole},
     domain::{
         BulkAction, Finding, FindingKind, KeyChoice, Me, ReconciliationView, Role, SyncState,
     },
@@ -214,24 +214,15 @@ fn Totals(data: ReconciliationView) -> impl IntoView {
         <section class="panel" aria-labelledby="at-risk-heading">
             <h2 id="at-risk-heading">{format!("Money at risk in {}", data.period)}</h2>
             <p class="hint">"Open findings of every kind, whatever the filter shows."</p>
-            <div class="table-scroll" tabindex="0">
-                <table class="data compact">
-                    <thead><tr>
-                        <th scope="col">"Kind"</th>
-                        <th scope="col" class="num">"Open"</th>
-                        <th scope="col" class="num">"Money at risk"</th>
-                    </tr></thead>
-                    <tbody>
-                        {data.totals.into_iter().map(|total| view! {
-                            <tr data-kind=total.kind.as_str()>
-                                <td>{total.kind.label()}</td>
-                                <td class="num">{total.open}</td>
-                                <td class="num"><Amount cents=total.at_risk currency=total.currency/></td>
-                            </tr>
-                        }).collect_view()}
-                    </tbody>
-                </table>
-            </div>
+            <DataTable class="data compact" columns=vec![col("Kind"), num("Open"), num("Money at risk")]>
+                {data.totals.into_iter().map(|total| view! {
+                    <tr data-kind=total.kind.as_str()>
+                        <td>{total.kind.label()}</td>
+                        <td class="num">{total.open}</td>
+                        <td class="num"><Amount cents=total.at_risk currency=total.currency/></td>
+                    </tr>
+                }).collect_view()}
+            </DataTable>
         </section>
     })
 }

@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::{
-    components::{utc, Amount, ErrorPanel, RequireRole, UtilizationMeter},
+    components::{utc, Amount, ApplyOrClear, ErrorPanel, RequireRole, UtilizationMeter},
     domain::{KeyList, KeyQuery, KeySort, Me, Role},
     server_fns::list_vault_keys,
 };
@@ -93,10 +93,7 @@ fn KeyFilters(query: KeyQuery, periods: Vec<String>) -> impl IntoView {
             </div>
             {query.sort.clone().map(|sort| view! { <input type="hidden" name="sort" value=sort/> })}
             {query.dir.clone().map(|dir| view! { <input type="hidden" name="dir" value=dir/> })}
-            <div class="filter-actions">
-                <button type="submit" class="button button-primary">"Apply"</button>
-                <a class="button button-quiet" href="/keys">"Clear"</a>
-            </div>
+            <ApplyOrClear page="/keys"/>
         </form>
     }
 }
