@@ -260,7 +260,7 @@ pub async fn decide(
         follow_on_id,
     )
     .await
-    .map_err(decision_refused)?;
+    .map_err(|err| decision_refused(err, "cap_increase"))?;
     if !decided {
         // The row was locked above, so only a bug gets here.
         return Err(AppError::Invalid(format!(
@@ -377,22 +377,26 @@ async fn apply(
     }
 }
 
-/// The table's own refusals, said as the rule they enforce. These fire
-/// only when the checks above were bypassed or raced.
-fn decision_refused(err: sqlx::Error) -> AppError {
+/// The table's own refusals of a decision on a request (`table` is
+/// `cap_increase` or `key_request`, its constraints' prefix), said as the
+/// rule they enforce. These fire only when the checks above were bypassed
+/// or raced.
+pub fn decision_refused(err: sqlx::Error, table: &str) -> AppError {
     let constraint = err
         .as_database_error()
         .and_then(|db| db.constraint())
         .map(str::to_owned);
-    match constraint.as_deref() {
-        Some("cap_increase_four_eyes") => AppError::Invalid(
+    let rule = constraint
+        .as_deref()
+        .and_then(|name| name.strip_prefix(table))
+        .and_then(|name| name.strip_prefix('_'));
+    match rule {
+        Some("four_eyes") => AppError::Invalid(
             "the requester (or the maker of the API token that asked) cannot decide the request (four-eyes rule)".into(),
         ),
-        Some("cap_increase_decided_once") => {
-            AppError::Invalid("the request was already decided".into())
-        }
-        Some("cap_increase_not_expired") => AppError::Invalid("the request has expired".into()),
-        Some("cap_increase_decided_by_approver") => AppError::Forbidden(Role::Approver),
+        Some("decided_once") => AppError::Invalid("the request was already decided".into()),
+        Some("not_expired") => AppError::Invalid("the request has expired".into()),
+        Some("decided_by_approver") => AppError::Forbidden(Role::Approver),
         _ => err.into(),
     }
 }

@@ -10,7 +10,7 @@ use sqlx::PgPool;
 
 use crate::{
     actions::sql::{self as actions, Actor},
-    cap_increases::rules::{decision_note, not_their_own, Verdict},
+    cap_increases::rules::{decision_note, decision_refused, not_their_own, Verdict},
     key_requests::sql as key_requests,
     keys::{
         rules::{self as vault_keys, NewVaultKey},
@@ -200,7 +200,7 @@ pub async fn decide(
     let key_id = key.as_ref().map(|key| key.id);
     key_requests::decide(&mut tx, id, key.is_some(), approver.id, note, key_id)
         .await
-        .map_err(decision_refused)?;
+        .map_err(|err| decision_refused(err, "key_request"))?;
     let action = match verdict {
         Verdict::Approve => "approve_vault_key",
         Verdict::Reject => "reject_vault_key",
@@ -222,24 +222,4 @@ pub async fn decide(
     key_requests::find(pool, id)
         .await?
         .ok_or(AppError::NotFound)
-}
-
-/// The table's own refusals, said as the rule they enforce (reached only
-/// when the checks above were raced or bypassed).
-fn decision_refused(err: sqlx::Error) -> AppError {
-    let constraint = err
-        .as_database_error()
-        .and_then(|db| db.constraint())
-        .map(str::to_owned);
-    match constraint.as_deref() {
-        Some("key_request_four_eyes") => AppError::Invalid(
-            "the requester (or the maker of the API token that asked) cannot decide the request (four-eyes rule)".into(),
-        ),
-        Some("key_request_decided_once") => {
-            AppError::Invalid("the request was already decided".into())
-        }
-        Some("key_request_not_expired") => AppError::Invalid("the request has expired".into()),
-        Some("key_request_decided_by_approver") => AppError::Forbidden(Role::Approver),
-        _ => err.into(),
-    }
 }

@@ -287,6 +287,12 @@ async fn the_requester_can_never_decide_their_own_request(pool: PgPool) {
         err.as_database_error().unwrap().constraint(),
         Some("cap_increase_four_eyes")
     );
+    // A decision that raced past the checks says which rule it broke.
+    assert!(
+        app::cap_increases::rules::decision_refused(err, "cap_increase")
+            .to_string()
+            .contains("four-eyes rule")
+    );
     // Nor may someone without the approver role decide.
     let viewer = app.add_operator("viewer@example.com", Role::Operator).await;
     let err = sqlx::query(
@@ -302,6 +308,10 @@ async fn the_requester_can_never_decide_their_own_request(pool: PgPool) {
         err.as_database_error().unwrap().constraint(),
         Some("cap_increase_decided_by_approver")
     );
+    assert!(matches!(
+        app::cap_increases::rules::decision_refused(err, "cap_increase"),
+        app::error::AppError::Forbidden(Role::Approver)
+    ));
 }
 
 /// An admin who makes an API token and asks for more with it is still the

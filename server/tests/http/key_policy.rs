@@ -211,6 +211,11 @@ async fn nobody_issues_their_own_key_beyond_policy(pool: PgPool) {
         err.as_database_error().unwrap().constraint(),
         Some("key_request_four_eyes")
     );
+    assert!(
+        app::cap_increases::rules::decision_refused(err, "key_request")
+            .to_string()
+            .contains("four-eyes rule")
+    );
 
     // Nor can the admin who made the token that asks for another.
     let admin = app.signed_in("admin@example.com", Role::Admin).await;
