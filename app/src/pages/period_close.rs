@@ -208,7 +208,7 @@ fn Money(report: PeriodReport, signed: bool) -> impl IntoView {
                     </DataTable>
                 }.into_any()
             }}
-            <p class="hint">{format!("{} calls audited for the period's keys.", report.calls)}</p>
+            <p class="hint">{format!("{} for the period's keys.", crate::domain::counted(report.calls.unsigned_abs() as usize, "call audited", "calls audited"))}</p>
         </section>
     }
 }

@@ -469,9 +469,10 @@ pub struct BulkPreview {
     pub totals: Vec<(Currency, Cents)>,
 }
 
-/// `1 finding`, `3 findings`.
+/// `1 finding`, `3 findings`, `1,212 calls`.
 pub fn counted(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+    let noun = if n == 1 { one } else { many };
+    format!("{} {noun}", crate::domain::group_thousands(n as u64))
 }
 
 /// The findings' money at risk per currency, in the order first seen.
@@ -521,6 +522,13 @@ mod tests {
     use chrono::{Duration, TimeZone};
 
     use super::*;
+
+    #[test]
+    fn counts_read_right_for_one_and_group_their_thousands() {
+        assert_eq!(counted(1, "call", "calls"), "1 call");
+        assert_eq!(counted(0, "call", "calls"), "0 calls");
+        assert_eq!(counted(1_212, "call", "calls"), "1,212 calls");
+    }
 
     fn sync(finished: Option<DateTime<Utc>>, error: Option<&str>) -> SyncSummary {
         SyncSummary {
