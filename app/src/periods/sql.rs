@@ -188,6 +188,7 @@ pub async fn report(
 /// Per currency: the keys' expected totals, caps and settled spend beside
 /// Stripe's succeeded charges and refunds for the period (by the charge's
 /// `metadata[billing_period]`, else the month it was made in).
+#[tracing::instrument(skip_all)]
 async fn money(
     db: impl PgExecutor<'_>,
     period: BillingPeriod,
@@ -215,6 +216,7 @@ async fn money(
     .await
 }
 
+#[tracing::instrument(skip_all)]
 async fn findings(
     db: impl PgExecutor<'_>,
     period: BillingPeriod,
@@ -231,6 +233,7 @@ async fn findings(
     .await
 }
 
+#[tracing::instrument(skip_all)]
 async fn keys(
     db: impl PgExecutor<'_>,
     period: BillingPeriod,
@@ -245,6 +248,7 @@ async fn keys(
     .await
 }
 
+#[tracing::instrument(skip_all)]
 async fn cap_increases(
     db: impl PgExecutor<'_>,
     period: BillingPeriod,

@@ -99,6 +99,7 @@ pub async fn detect_live(
 
 /// Orphaned: live charges for a customer and period the ledger has no row
 /// for (the job crashed after Stripe answered, before it wrote).
+#[tracing::instrument(skip_all)]
 async fn orphaned(
     tx: &mut PgConnection,
     period: BillingPeriod,
@@ -130,6 +131,7 @@ async fn orphaned(
 
 /// Duplicate: two or more live charges for one customer and period. The
 /// keeper is the charge the ledger names, else the earliest.
+#[tracing::instrument(skip_all)]
 async fn duplicate(
     tx: &mut PgConnection,
     period: BillingPeriod,
@@ -170,6 +172,7 @@ async fn duplicate(
 }
 
 /// Missing: the ledger says charged, with a charge id Stripe does not have.
+#[tracing::instrument(skip_all)]
 async fn missing(
     tx: &mut PgConnection,
     period: BillingPeriod,
@@ -201,6 +204,7 @@ async fn missing(
 /// flight or of unknown outcome could turn out to be it. Someone used the
 /// real Stripe key directly. Grouped by customer (the job's id, else
 /// Stripe's) and currency.
+#[tracing::instrument(skip_all)]
 async fn unmetered(
     tx: &mut PgConnection,
     period: BillingPeriod,
