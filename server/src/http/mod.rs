@@ -105,13 +105,14 @@ pub fn router_tracking(
         .layer(sessions)
         .layer(DefaultBodyLimit::max(MAX_FORM_BODY));
 
-    // Half the ledger's connections write reservations, half settlements
-    // (at least one each); key lookups take a free one between batches.
-    let writers = (ledger_pool.options().get_max_connections() as usize / 2).max(1);
+    // The ledger's connections form lanes by key, two each: a lane's
+    // reservations are written on one, its settlements on the other (at
+    // least one lane). Key lookups take a free one between batches.
+    let lanes = (ledger_pool.options().get_max_connections() as usize / 2).max(1);
     let stripe_events =
         crate::stripe_events::router(state.pool.clone(), upstream.webhook_secrets().clone());
     let proxy = crate::proxy::router(ProxyState {
-        ledger: Ledger::start(ledger_pool.clone(), RESERVE_QUEUE, writers),
+        ledger: Ledger::start(ledger_pool.clone(), RESERVE_QUEUE, lanes),
         pool: ledger_pool,
         upstream,
         keys: KeyLookup::new(),

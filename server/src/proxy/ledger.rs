@@ -8,11 +8,13 @@
 //! statement and one commit. Nothing waits for a batch to fill: a lone call
 //! is written at once, and under load the batches grow by themselves.
 //!
-//! Each kind has several writers taking turns at the queue, so a call that
-//! arrives while one batch is being committed is written beside it on
-//! another connection instead of waiting for that commit: PostgreSQL's
-//! group commit flushes both at once. Batches lock keys in key order (see
-//! the migrations), so writers of one kind never deadlock each other.
+//! Each kind has a few writers, and a key's calls always go to the same
+//! one (its lane): a batch takes every call of its keys that is waiting, a
+//! hot key's calls are written together rather than split over writers
+//! that then queue on the key's row lock, and a call on a key of another
+//! lane is written beside a batch that waits on a locked key. Batches lock
+//! keys in key order (see the migrations), so writers never deadlock each
+//! other.
 //!
 //! One call must never cost another its write: a batch that fails (a row
 //! the database refuses, a deadlock with another process) is written again
@@ -23,7 +25,7 @@
 use std::{fmt, future::Future, sync::Arc, time::Instant};
 
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use app::keys::spend::{self, CallRecord, ReserveCall, Reserved};
@@ -64,24 +66,32 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Starts `writers` writers of each kind on `pool` (each holds one of
-    /// its connections while it writes); at most `reserve_queue` calls wait
-    /// for a reservation. They stop when the last clone is dropped.
-    pub fn start(pool: PgPool, reserve_queue: usize, writers: usize) -> Self {
-        let reserve = Batcher::start("reserve", reserve_queue, true, writers, {
-            let pool = pool.clone();
-            move |calls: Arc<[ReserveCall]>| {
+    /// Starts `lanes` writers of each kind on `pool` (each holds one of its
+    /// connections while it writes); at most `reserve_queue` calls wait for
+    /// a reservation. They stop when the last clone is dropped.
+    pub fn start(pool: PgPool, reserve_queue: usize, lanes: usize) -> Self {
+        let reserve = Batcher::start(
+            "reserve",
+            reserve_queue,
+            true,
+            lanes,
+            |call: &ReserveCall| call.key.0,
+            {
                 let pool = pool.clone();
-                async move { spend::reserve_many(&pool, &calls).await }
-            }
-        });
+                move |calls: Arc<[ReserveCall]>| {
+                    let pool = pool.clone();
+                    async move { spend::reserve_many(&pool, &calls).await }
+                }
+            },
+        );
         // Settlements are never turned away (Stripe has answered them): a
         // full queue makes them wait for room.
         let record = Batcher::start(
             "record",
             RECORD_QUEUE,
             false,
-            writers,
+            lanes,
+            |call: &CallRecord| call.entry.vault_key_id.map_or(0, |key| key.0),
             move |calls: Arc<[CallRecord]>| {
                 let pool = pool.clone();
                 async move {
@@ -107,13 +117,14 @@ impl Ledger {
 
 type Reply<R> = oneshot::Sender<Result<R, LedgerError>>;
 
-/// The queue's receiving end, shared by a kind's writers.
-type Waiting<T, R> = Arc<Mutex<mpsc::Receiver<(T, Reply<R>)>>>;
+type Queue<T, R> = mpsc::Sender<(T, Reply<R>)>;
 
-/// A bounded queue in front of writer tasks that each take everything
-/// queued (in arrival order) when they are free, and run `write` on it.
+/// Bounded queues (lanes) in front of writer tasks, one each, that take
+/// everything queued in their lane (in arrival order) when they are free
+/// and run `write` on it. A call's lane is its key's.
 struct Batcher<T, R> {
-    queue: mpsc::Sender<(T, Reply<R>)>,
+    lanes: Arc<[Queue<T, R>]>,
+    lane_of: fn(&T) -> i64,
     /// Full queue: turn the call away (true) or wait for room (false).
     turn_away: bool,
 }
@@ -121,65 +132,74 @@ struct Batcher<T, R> {
 impl<T, R> Clone for Batcher<T, R> {
     fn clone(&self) -> Self {
         Self {
-            queue: self.queue.clone(),
+            lanes: self.lanes.clone(),
+            lane_of: self.lane_of,
             turn_away: self.turn_away,
         }
     }
 }
 
 impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
-    /// `kind` names the writers in the metrics.
+    /// `kind` names the writers in the metrics; `limit` calls wait in all.
     fn start<W, F>(
         kind: &'static str,
         limit: usize,
         turn_away: bool,
-        writers: usize,
+        lanes: usize,
+        lane_of: fn(&T) -> i64,
         write: W,
     ) -> Self
     where
         W: Fn(Arc<[T]>) -> F + Clone + Send + Sync + 'static,
         F: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
     {
-        let (queue, waiting) = mpsc::channel(limit.max(1));
-        let waiting = Arc::new(Mutex::new(waiting));
-        for _ in 0..writers.max(1) {
-            tokio::spawn(write_batches(kind, waiting.clone(), write.clone()));
+        let lanes = lanes.max(1);
+        let lanes = (0..lanes)
+            .map(|_| {
+                let (queue, waiting) = mpsc::channel((limit / lanes).max(1));
+                tokio::spawn(write_batches(kind, waiting, write.clone()));
+                queue
+            })
+            .collect();
+        Self {
+            lanes,
+            lane_of,
+            turn_away,
         }
-        Self { queue, turn_away }
     }
 
     async fn submit(&self, item: T) -> Result<R, LedgerError> {
         let stopped = || LedgerError::Failed(Arc::new("the ledger writer has stopped".into()));
+        let lane = (self.lane_of)(&item).unsigned_abs() as usize % self.lanes.len();
+        let queue = &self.lanes[lane];
         let (reply, answer) = oneshot::channel();
         if self.turn_away {
-            self.queue
-                .try_send((item, reply))
-                .map_err(|err| match err {
-                    mpsc::error::TrySendError::Full(_) => LedgerError::Overloaded,
-                    mpsc::error::TrySendError::Closed(_) => stopped(),
-                })?;
+            queue.try_send((item, reply)).map_err(|err| match err {
+                mpsc::error::TrySendError::Full(_) => LedgerError::Overloaded,
+                mpsc::error::TrySendError::Closed(_) => stopped(),
+            })?;
         } else {
-            self.queue
-                .send((item, reply))
-                .await
-                .map_err(|_| stopped())?;
+            queue.send((item, reply)).await.map_err(|_| stopped())?;
         }
         answer.await.map_err(|_| stopped())?
     }
 }
 
-/// A writer: whatever is waiting when it is free, in one write (the queue is
-/// held only while taking); a failed batch again one call at a time, so a
-/// bad call fails alone (only then are calls copied).
-async fn write_batches<T, R, W, F>(kind: &'static str, waiting: Waiting<T, R>, write: W)
-where
+/// A lane's writer: whatever is waiting when it is free, in one write; a
+/// failed batch again one call at a time, so a bad call fails alone (only
+/// then are calls copied).
+async fn write_batches<T, R, W, F>(
+    kind: &'static str,
+    mut waiting: mpsc::Receiver<(T, Reply<R>)>,
+    write: W,
+) where
     T: Clone,
     W: Fn(Arc<[T]>) -> F + Sync,
     F: Future<Output = Result<Vec<R>, sqlx::Error>>,
 {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
-        let taken = waiting.lock().await.recv_many(&mut batch, MAX_BATCH).await;
+        let taken = waiting.recv_many(&mut batch, MAX_BATCH).await;
         if taken == 0 {
             break;
         }

@@ -168,11 +168,13 @@ async fn a_call_on_another_key_is_reserved_while_a_batch_waits_on_a_locked_key(p
     });
     let created = app.post_json("/vault/keys", &token, body).await;
     let other = created.json()["id"].as_i64().unwrap();
+    // Two lanes: a key's calls go to lane id % 2.
+    assert_ne!(other % 2, held % 2, "the two keys share a lane");
     let ledger = Ledger::start(pool.clone(), 64, 2);
     let (lock, waiting) = reserve_behind_a_lock(&pool, &ledger, held).await;
 
-    // One writer is stuck behind the lock; the other takes this call. (The
-    // bound only turns a hang into a failure.)
+    // One lane's writer is stuck behind the lock; the other lane's takes
+    // this call. (The bound only turns a hang into a failure.)
     let beside = tokio::time::timeout(
         Duration::from_secs(30),
         ledger.reserve(reserve_call(other, 2)),
