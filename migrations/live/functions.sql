@@ -372,27 +372,32 @@ AS $function$
 DECLARE
     c record;
 BEGIN
+    IF EXISTS (SELECT 1 FROM recorded_calls(p_calls) x WHERE x.release IS NOT NULL) THEN
+        -- A payment intent Stripe cancelled or captured for less gives
+        -- back what its earlier calls settled (rare): call by call, as
+        -- before, each release before its own call settles.
+        FOR c IN
+            SELECT x.vault_key_id, x.release, x.n
+            FROM recorded_calls(p_calls) x
+            WHERE x.reservation_id IS NOT NULL OR x.release IS NOT NULL
+            ORDER BY x.vault_key_id, x.reservation_id NULLS LAST
+        LOOP
+            IF c.release IS NOT NULL THEN
+                PERFORM release_intent(c.vault_key_id, c.release->>'intent', (c.release->>'keep_cents')::bigint);
+            END IF;
+            PERFORM settle_calls(jsonb_build_array(p_calls->(c.n::int - 1)));
+        END LOOP;
+    ELSE
+        PERFORM settle_calls(p_calls);
+    END IF;
+
+    -- A second charge for a customer and period, flagged by the proxy.
     FOR c IN
         SELECT x.*
-        FROM jsonb_to_recordset(p_calls)
-             AS x(vault_key_id bigint, reservation_id bigint, settlement text, stripe_object_id text,
-                  duplicate_of text, billing_period text, metadata_customer_id text, currency text,
-                  amount_cents bigint, idempotency_key text, release jsonb)
-        WHERE x.reservation_id IS NOT NULL OR x.release IS NOT NULL
-        -- In key order, as every ledger writer locks keys.
-        ORDER BY x.vault_key_id, x.reservation_id NULLS LAST
+        FROM recorded_calls(p_calls) x
+        WHERE x.settlement = 'settled' AND x.stripe_object_id IS NOT NULL AND x.duplicate_of IS NOT NULL
+        ORDER BY x.vault_key_id
     LOOP
-        IF c.release IS NOT NULL THEN
-            -- A payment intent Stripe cancelled or captured for less.
-            PERFORM release_intent(c.vault_key_id, c.release->>'intent', (c.release->>'keep_cents')::bigint);
-        END IF;
-        IF c.reservation_id IS NULL THEN
-            CONTINUE;
-        END IF;
-        PERFORM settle_spend(c.reservation_id, c.settlement, c.stripe_object_id);
-        IF c.settlement <> 'settled' OR c.stripe_object_id IS NULL OR c.duplicate_of IS NULL THEN
-            CONTINUE;
-        END IF;
         INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency, charge_ids,
             keeper_charge_id, amount_at_risk_cents, explanation)
         VALUES ('duplicate', c.billing_period, c.metadata_customer_id, c.currency,
@@ -422,6 +427,25 @@ BEGIN
         metadata_customer_id, metadata_billing_period, billing_period, amount_cents, currency,
         idempotency_key, decision, upstream_status, stripe_object_id, error_code, message, latency_ms
     FROM jsonb_populate_recordset(NULL::audit_log, p_calls);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.recorded_calls(p_calls jsonb)
+ RETURNS TABLE(n bigint, vault_key_id bigint, reservation_id bigint, settlement text, stripe_object_id text, duplicate_of text, billing_period text, metadata_customer_id text, currency text, amount_cents bigint, idempotency_key text, release jsonb)
+ LANGUAGE plpgsql
+ IMMUTABLE ROWS 8
+AS $function$
+BEGIN
+    RETURN QUERY
+    SELECT x.n, x.vault_key_id, x.reservation_id, x.settlement, x.stripe_object_id, x.duplicate_of,
+           x.billing_period, x.metadata_customer_id, x.currency, x.amount_cents, x.idempotency_key, x.release
+    FROM ROWS FROM (jsonb_to_recordset(p_calls) AS (
+        vault_key_id bigint, reservation_id bigint, settlement text, stripe_object_id text,
+        duplicate_of text, billing_period text, metadata_customer_id text, currency text,
+        amount_cents bigint, idempotency_key text, release jsonb))
+        WITH ORDINALITY AS x(vault_key_id, reservation_id, settlement, stripe_object_id, duplicate_of,
+                             billing_period, metadata_customer_id, currency, amount_cents,
+                             idempotency_key, release, n);
 END
 $function$;
 
@@ -470,6 +494,26 @@ BEGIN
     END LOOP;
     UPDATE vault_keys SET spent_cents = spent_cents - given_back WHERE id = p_key;
     RETURN given_back;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.reserve_calls(p_calls jsonb)
+ RETURNS TABLE(n bigint, key bigint, request uuid, idempotency_key text, fingerprint bytea, amount bigint, method text, path text, stripe_customer text, metadata_customer_id text, billing_period text, currency text, payment_intent text, request_body text, stripe_version text, lease_secs integer)
+ LANGUAGE plpgsql
+ IMMUTABLE ROWS 8
+AS $function$
+BEGIN
+    RETURN QUERY
+    SELECT x.n, x.key, x.request, x.idempotency_key, decode(x.fingerprint, 'hex'), x.amount, x.method, x.path,
+           x.stripe_customer, x.metadata_customer_id, x.billing_period, x.currency, x.payment_intent,
+           x.request_body, x.stripe_version, x.lease_secs
+    FROM ROWS FROM (jsonb_to_recordset(p_calls) AS (
+        key bigint, request uuid, idempotency_key text, fingerprint text, amount bigint, method text,
+        path text, stripe_customer text, metadata_customer_id text, billing_period text, currency text,
+        payment_intent text, request_body text, stripe_version text, lease_secs integer))
+        WITH ORDINALITY AS x(key, request, idempotency_key, fingerprint, amount, method, path,
+                             stripe_customer, metadata_customer_id, billing_period, currency,
+                             payment_intent, request_body, stripe_version, lease_secs, n);
 END
 $function$;
 
@@ -617,20 +661,82 @@ AS $function$
 DECLARE
     c record;
 BEGIN
+    -- The batch's keys, locked in key order as every ledger writer locks
+    -- them (the lock an UPDATE of the counters takes).
+    PERFORM 1 FROM vault_keys k
+    WHERE k.id IN (SELECT x.key FROM reserve_calls(p_calls) x)
+    ORDER BY k.id
+    FOR NO KEY UPDATE;
+
+    IF NOT EXISTS (
+        WITH calls AS MATERIALIZED (SELECT * FROM reserve_calls(p_calls))
+        SELECT 1
+        FROM (SELECT x.key, sum(x.amount)::bigint AS total FROM calls x GROUP BY x.key) t
+        LEFT JOIN vault_keys k ON k.id = t.key
+        WHERE k.id IS NULL OR k.revoked_at IS NOT NULL OR k.expires_at <= now()
+           OR k.spent_cents + k.reserved_cents + t.total > k.cap_cents
+        UNION ALL
+        SELECT 1 FROM calls x
+        JOIN reservations r ON r.vault_key_id = x.key AND r.idempotency_key = x.idempotency_key
+                           AND NOT r.superseded
+        UNION ALL
+        SELECT 1 FROM calls x WHERE x.idempotency_key IS NOT NULL
+        GROUP BY x.key, x.idempotency_key HAVING count(*) > 1
+        UNION ALL
+        SELECT 1 FROM calls x
+        JOIN vault_keys k ON k.id = x.key AND k.duplicate_policy <> 'off'
+        JOIN reservations r ON r.billing_period = x.billing_period
+                           AND r.metadata_customer_id = x.metadata_customer_id
+                           AND r.state IN ('pending', 'settled', 'outcome_unknown')
+        UNION ALL
+        SELECT 1 FROM calls x WHERE x.metadata_customer_id IS NOT NULL
+        GROUP BY x.billing_period, x.metadata_customer_id HAVING count(*) > 1
+    ) THEN
+        RETURN QUERY
+        WITH calls AS MATERIALIZED (SELECT * FROM reserve_calls(p_calls)
+        ), counted AS (
+            UPDATE vault_keys k SET reserved_cents = k.reserved_cents + t.total
+            FROM (SELECT x.key, sum(x.amount)::bigint AS total FROM calls x GROUP BY x.key) t
+            WHERE k.id = t.key
+            RETURNING k.id, k.spent_cents + k.reserved_cents - t.total AS committed_before, k.cap_cents,
+                      k.alert_thresholds_pct
+        ), made AS (
+            INSERT INTO reservations (vault_key_id, request_id, idempotency_key, fingerprint, amount_cents,
+                                      method, path, stripe_customer, metadata_customer_id, billing_period,
+                                      currency, payment_intent, request_body, stripe_version, claimed_until)
+            SELECT x.key, x.request, x.idempotency_key, x.fingerprint, x.amount, x.method,
+                   x.path, x.stripe_customer, x.metadata_customer_id, x.billing_period, x.currency,
+                   x.payment_intent, x.request_body, x.stripe_version,
+                   now() + make_interval(secs => x.lease_secs)
+            FROM calls x
+            ORDER BY x.key, x.n
+            RETURNING id, request_id
+        ), used AS (
+            -- What each call leaves committed on its key, in the batch's order.
+            SELECT x.key, x.amount, k.cap_cents, k.alert_thresholds_pct,
+                   k.committed_before + sum(x.amount) OVER (PARTITION BY x.key ORDER BY x.n)::bigint AS committed
+            FROM calls x JOIN counted k ON k.id = x.key
+        ), alerted AS (
+            INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents)
+            SELECT u.key, 'threshold', t, u.committed, u.cap_cents
+            FROM used u, unnest(u.alert_thresholds_pct) AS t
+            WHERE (u.committed - u.amount) * 100 < t::bigint * u.cap_cents
+              AND u.committed * 100 >= t::bigint * u.cap_cents
+            ON CONFLICT ON CONSTRAINT alerts_once DO NOTHING
+        )
+        SELECT x.n, 'reserved'::text, m.id, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text
+        FROM calls x JOIN made m ON m.request_id = x.request
+        ORDER BY x.n;
+        RETURN;
+    END IF;
+
     FOR c IN
-        SELECT *
-        FROM ROWS FROM (jsonb_to_recordset(p_calls) AS (
-            key bigint, request uuid, idempotency_key text, fingerprint text, amount bigint, method text,
-            path text, stripe_customer text, metadata_customer_id text, billing_period text, currency text,
-            payment_intent text, request_body text, stripe_version text, lease_secs integer))
-            WITH ORDINALITY AS x(key, request, idempotency_key, fingerprint, amount, method, path,
-                                 stripe_customer, metadata_customer_id, billing_period, currency,
-                                 payment_intent, request_body, stripe_version, lease_secs, n)
+        SELECT * FROM reserve_calls(p_calls) x
         ORDER BY x.key, x.n
     LOOP
         RETURN QUERY
             SELECT c.n, r.outcome, r.reservation_id, r.cap, r.spent, r.reserved, r.earlier_charge, r.earlier_state
-            FROM reserve_spend(c.key, c.request, c.idempotency_key, decode(c.fingerprint, 'hex'), c.amount,
+            FROM reserve_spend(c.key, c.request, c.idempotency_key, c.fingerprint, c.amount,
                                c.method, c.path, c.stripe_customer, c.metadata_customer_id,
                                c.billing_period, c.currency, c.payment_intent, c.request_body,
                                c.stripe_version, c.lease_secs) r;
@@ -651,44 +757,49 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION public.settle_spend(p_reservation bigint, p_state text, p_charge text)
- RETURNS boolean
+CREATE OR REPLACE FUNCTION public.settle_calls(p_calls jsonb)
+ RETURNS void
  LANGUAGE plpgsql
 AS $function$
-DECLARE
-    key_id bigint;
-    amount bigint;
-    spend bigint;
-    give_back bigint;
 BEGIN
-    SELECT vault_key_id, amount_cents INTO key_id, amount
-    FROM reservations WHERE id = p_reservation AND state = 'pending';
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    spend := CASE WHEN p_state = 'settled' THEN amount ELSE 0 END;
-    give_back := CASE WHEN p_state IN ('settled', 'released') THEN amount ELSE 0 END;
-    UPDATE vault_keys SET reserved_cents = reserved_cents - give_back, spent_cents = spent_cents + spend
-    WHERE id = key_id;
-    -- An unknown outcome keeps Stripe's object id too: a declined payment
-    -- intent that could not be cancelled stays reserved, bound to its key.
-    UPDATE reservations SET state = p_state, settled_at = now(),
-        stripe_charge_id = CASE
-            WHEN p_state IN ('settled', 'outcome_unknown') AND p_charge IS NOT NULL
-                 AND NOT EXISTS (SELECT 1 FROM reservations o
-                                 WHERE o.stripe_charge_id = p_charge AND o.id <> p_reservation)
-            THEN p_charge
-            -- Settled again (a retry of an unknown outcome): what it knew stays.
-            ELSE stripe_charge_id END,
-        payment_intent = CASE WHEN p_charge LIKE 'pi\_%' AND payment_intent IS NULL THEN p_charge
-                              ELSE payment_intent END
-    WHERE id = p_reservation AND state = 'pending';
-    IF NOT FOUND THEN
-        UPDATE vault_keys SET reserved_cents = reserved_cents + give_back, spent_cents = spent_cents - spend
-        WHERE id = key_id;
-        RETURN false;
-    END IF;
-    RETURN true;
+    PERFORM 1 FROM vault_keys k
+    WHERE k.id IN (SELECT x.vault_key_id
+                   FROM recorded_calls(p_calls) x
+                   WHERE x.reservation_id IS NOT NULL)
+    ORDER BY k.id
+    -- The lock an UPDATE of the counters takes: inserts that reference the
+    -- key (an audit row, a reservation) are not held up by it.
+    FOR NO KEY UPDATE;
+
+    WITH settled AS (
+        UPDATE reservations r
+        SET state = x.settlement, settled_at = now(),
+            -- An unknown outcome keeps Stripe's object id too: a declined
+            -- payment intent that could not be cancelled stays reserved,
+            -- bound to its key.
+            stripe_charge_id = CASE
+                WHEN x.settlement IN ('settled', 'outcome_unknown') AND x.stripe_object_id IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM reservations o
+                                     WHERE o.stripe_charge_id = x.stripe_object_id AND o.id <> r.id)
+                THEN x.stripe_object_id
+                -- Settled again (a retry of an unknown outcome): what it knew stays.
+                ELSE r.stripe_charge_id END,
+            payment_intent = CASE WHEN x.stripe_object_id LIKE 'pi\_%' AND r.payment_intent IS NULL
+                                  THEN x.stripe_object_id ELSE r.payment_intent END
+        FROM recorded_calls(p_calls) x
+        WHERE r.id = x.reservation_id AND r.state = 'pending'
+        RETURNING r.vault_key_id, r.amount_cents, x.settlement
+    ), moved AS (
+        SELECT s.vault_key_id,
+               coalesce(sum(s.amount_cents) FILTER (WHERE s.settlement IN ('settled', 'released')), 0)::bigint AS give_back,
+               coalesce(sum(s.amount_cents) FILTER (WHERE s.settlement = 'settled'), 0)::bigint AS spend
+        FROM settled s
+        GROUP BY s.vault_key_id
+    )
+    UPDATE vault_keys k
+    SET reserved_cents = k.reserved_cents - m.give_back, spent_cents = k.spent_cents + m.spend
+    FROM moved m
+    WHERE k.id = m.vault_key_id AND (m.give_back <> 0 OR m.spend <> 0);
 END
 $function$;
 

@@ -1,5 +1,5 @@
 //! Money under a vault key: reserve before forwarding, settle after. The
-//! rules live in the migrations' reserve_spend / settle_spend functions and
+//! rules live in the migrations' reserve_spend / settle_calls functions and
 //! are called only from here; every write is a short committed transaction
 //! (for many calls at once) and the cap is enforced by a conditional UPDATE
 //! (and, behind it, a CHECK).

@@ -258,3 +258,84 @@ async fn a_write_rolled_back_to_break_a_deadlock_is_written_again(pool: PgPool) 
     .unwrap();
     assert_eq!((state.as_str(), audited), ("settled", 1));
 }
+
+/// A batch of plain calls is reserved in one statement (reserve_spend_many's
+/// short way); one call that is not plain sends the batch call by call. Both
+/// meter what calls made one at a time would: the same outcomes in order,
+/// the key's counters, and each threshold alert once, at the call that
+/// crossed it.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_batch_reserved_at_once_meters_as_calls_one_by_one(pool: PgPool) {
+    use app::keys::spend::reserve_many;
+
+    let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_250).await;
+    sqlx::query("UPDATE vault_keys SET alert_thresholds_pct = '{50,90}' WHERE id = $1")
+        .bind(key)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let reserved = |outcomes: &[Reserved]| {
+        outcomes
+            .iter()
+            .map(|outcome| matches!(outcome, Reserved::New { .. }))
+            .collect::<Vec<_>>()
+    };
+    let counters = || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1",
+        )
+        .bind(key)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+
+    // Ten plain calls of 100: the short way.
+    let plain: Vec<ReserveCall> = (0..10).map(|n| reserve_call(key, n)).collect();
+    let outcomes = reserve_many(&pool, &plain).await.unwrap();
+    assert_eq!(reserved(&outcomes), [true; 10]);
+    let ids: std::collections::BTreeSet<i64> = outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            Reserved::New { reservation_id, .. } => Some(*reservation_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), 10, "a reservation of its own for each call");
+    assert_eq!(counters().await, (0, 1_000));
+    let alerts: Vec<(i16, i64)> = sqlx::query_as(
+        "SELECT threshold_pct, committed_cents FROM alerts
+         WHERE vault_key_id = $1 AND kind = 'threshold' ORDER BY threshold_pct",
+    )
+    .bind(key)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    // 50 % of 1,250 is 625: crossed by the seventh call (700); 90 % (1,125)
+    // by none.
+    assert_eq!(alerts, [(50, 700)]);
+
+    // Three more: 250 cents are left, so the batch is not plain. The first
+    // two fit, the third is over the cap; the twin of a call already
+    // reserved is in flight.
+    let mut mixed: Vec<ReserveCall> = (10..13).map(|n| reserve_call(key, n)).collect();
+    mixed.push(reserve_call(key, 3));
+    let outcomes = reserve_many(&pool, &mixed).await.unwrap();
+    assert_eq!(reserved(&outcomes), [true, true, false, false]);
+    assert!(
+        matches!(outcomes[2], Reserved::OverCap { .. }),
+        "{:?}",
+        outcomes[2]
+    );
+    assert_eq!(outcomes[3], Reserved::InFlight);
+    assert_eq!(counters().await, (0, 1_200));
+    let crossed = crate::helpers::count(
+        &pool,
+        &format!(
+            "SELECT count(*) FROM alerts WHERE vault_key_id = {key} AND kind = 'threshold' \
+             AND threshold_pct = 90 AND committed_cents = 1200"
+        ),
+    )
+    .await;
+    assert_eq!(crossed, 1, "90 % crossed once, by the call that took 1,200");
+}

@@ -1,0 +1,274 @@
+-- The ledger's writes set-based (issue 20): one statement per batch, not
+-- a PL/pgSQL loop calling a function per call.
+--
+-- Settlement. record_calls settled its calls one at a time through
+-- settle_spend: three statements and a row update of the key per call,
+-- each call's key locked on its own turn. Now settle_calls locks the
+-- batch's keys once, in key order as every ledger writer does; settles
+-- every reservation in one UPDATE; and moves each key's counters once, by
+-- the sum of its calls. The rules are settle_spend's: only a pending
+-- reservation settles; a settled call moves its amount from reserved to
+-- spent; a released one gives it back; an unknown outcome keeps it
+-- reserved, with Stripe's object id when no other call holds it.
+--
+-- Reservation. reserve_spend_many ran reserve_spend once per call: five
+-- statements each, and one UPDATE of the key per call, whose fourteen
+-- CHECKs PostgreSQL compiles again every time. A batch of plain calls (the
+-- common case) is now reserved at once. A call is plain when reserve_spend
+-- could only answer `reserved` with no earlier charge: its key is usable
+-- and the batch's calls on it fit under the cap together; no reservation
+-- holds its Idempotency-Key, nor does another call of the batch; and no
+-- reservation is open or settled for its customer and period, nor is
+-- another call of the batch for them. That is more than the duplicate
+-- guard asks (it ignores a refunded charge and a replay under the same
+-- key), so a call the guard would let through can still go the long way,
+-- never the other way round. One call that is not plain sends the whole
+-- batch, in key order, through reserve_spend as before.
+--
+-- The calls are read from the batch's JSON by one function per kind, which
+-- tells the planner a batch is a few calls (ROWS 8): it finds each call's
+-- rows through their indexes, however few rows the tables held when it
+-- last looked (jsonb_to_recordset counts as 100 rows, and against a young
+-- table that made it scan the whole table for every batch).
+
+CREATE FUNCTION reserve_calls(p_calls jsonb)
+RETURNS TABLE(n bigint, key bigint, request uuid, idempotency_key text, fingerprint bytea, amount bigint,
+              method text, path text, stripe_customer text, metadata_customer_id text, billing_period text,
+              currency text, payment_intent text, request_body text, stripe_version text, lease_secs integer)
+LANGUAGE plpgsql IMMUTABLE ROWS 8 AS $$
+BEGIN
+    RETURN QUERY
+    SELECT x.n, x.key, x.request, x.idempotency_key, decode(x.fingerprint, 'hex'), x.amount, x.method, x.path,
+           x.stripe_customer, x.metadata_customer_id, x.billing_period, x.currency, x.payment_intent,
+           x.request_body, x.stripe_version, x.lease_secs
+    FROM ROWS FROM (jsonb_to_recordset(p_calls) AS (
+        key bigint, request uuid, idempotency_key text, fingerprint text, amount bigint, method text,
+        path text, stripe_customer text, metadata_customer_id text, billing_period text, currency text,
+        payment_intent text, request_body text, stripe_version text, lease_secs integer))
+        WITH ORDINALITY AS x(key, request, idempotency_key, fingerprint, amount, method, path,
+                             stripe_customer, metadata_customer_id, billing_period, currency,
+                             payment_intent, request_body, stripe_version, lease_secs, n);
+END
+$$;
+
+CREATE FUNCTION recorded_calls(p_calls jsonb)
+RETURNS TABLE(n bigint, vault_key_id bigint, reservation_id bigint, settlement text, stripe_object_id text,
+              duplicate_of text, billing_period text, metadata_customer_id text, currency text,
+              amount_cents bigint, idempotency_key text, release jsonb)
+LANGUAGE plpgsql IMMUTABLE ROWS 8 AS $$
+BEGIN
+    RETURN QUERY
+    SELECT x.n, x.vault_key_id, x.reservation_id, x.settlement, x.stripe_object_id, x.duplicate_of,
+           x.billing_period, x.metadata_customer_id, x.currency, x.amount_cents, x.idempotency_key, x.release
+    FROM ROWS FROM (jsonb_to_recordset(p_calls) AS (
+        vault_key_id bigint, reservation_id bigint, settlement text, stripe_object_id text,
+        duplicate_of text, billing_period text, metadata_customer_id text, currency text,
+        amount_cents bigint, idempotency_key text, release jsonb))
+        WITH ORDINALITY AS x(vault_key_id, reservation_id, settlement, stripe_object_id, duplicate_of,
+                             billing_period, metadata_customer_id, currency, amount_cents,
+                             idempotency_key, release, n);
+END
+$$;
+
+-- Settles the batch's reserved calls: keys locked first, in key order as
+-- every ledger writer locks them; every reservation in one UPDATE; each
+-- key's counters once, by the sum of its calls.
+CREATE FUNCTION settle_calls(p_calls jsonb) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM vault_keys k
+    WHERE k.id IN (SELECT x.vault_key_id
+                   FROM recorded_calls(p_calls) x
+                   WHERE x.reservation_id IS NOT NULL)
+    ORDER BY k.id
+    -- The lock an UPDATE of the counters takes: inserts that reference the
+    -- key (an audit row, a reservation) are not held up by it.
+    FOR NO KEY UPDATE;
+
+    WITH settled AS (
+        UPDATE reservations r
+        SET state = x.settlement, settled_at = now(),
+            -- An unknown outcome keeps Stripe's object id too: a declined
+            -- payment intent that could not be cancelled stays reserved,
+            -- bound to its key.
+            stripe_charge_id = CASE
+                WHEN x.settlement IN ('settled', 'outcome_unknown') AND x.stripe_object_id IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM reservations o
+                                     WHERE o.stripe_charge_id = x.stripe_object_id AND o.id <> r.id)
+                THEN x.stripe_object_id
+                -- Settled again (a retry of an unknown outcome): what it knew stays.
+                ELSE r.stripe_charge_id END,
+            payment_intent = CASE WHEN x.stripe_object_id LIKE 'pi\_%' AND r.payment_intent IS NULL
+                                  THEN x.stripe_object_id ELSE r.payment_intent END
+        FROM recorded_calls(p_calls) x
+        WHERE r.id = x.reservation_id AND r.state = 'pending'
+        RETURNING r.vault_key_id, r.amount_cents, x.settlement
+    ), moved AS (
+        SELECT s.vault_key_id,
+               coalesce(sum(s.amount_cents) FILTER (WHERE s.settlement IN ('settled', 'released')), 0)::bigint AS give_back,
+               coalesce(sum(s.amount_cents) FILTER (WHERE s.settlement = 'settled'), 0)::bigint AS spend
+        FROM settled s
+        GROUP BY s.vault_key_id
+    )
+    UPDATE vault_keys k
+    SET reserved_cents = k.reserved_cents - m.give_back, spent_cents = k.spent_cents + m.spend
+    FROM moved m
+    WHERE k.id = m.vault_key_id AND (m.give_back <> 0 OR m.spend <> 0);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION record_calls(p_calls jsonb) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    IF EXISTS (SELECT 1 FROM recorded_calls(p_calls) x WHERE x.release IS NOT NULL) THEN
+        -- A payment intent Stripe cancelled or captured for less gives
+        -- back what its earlier calls settled (rare): call by call, as
+        -- before, each release before its own call settles.
+        FOR c IN
+            SELECT x.vault_key_id, x.release, x.n
+            FROM recorded_calls(p_calls) x
+            WHERE x.reservation_id IS NOT NULL OR x.release IS NOT NULL
+            ORDER BY x.vault_key_id, x.reservation_id NULLS LAST
+        LOOP
+            IF c.release IS NOT NULL THEN
+                PERFORM release_intent(c.vault_key_id, c.release->>'intent', (c.release->>'keep_cents')::bigint);
+            END IF;
+            PERFORM settle_calls(jsonb_build_array(p_calls->(c.n::int - 1)));
+        END LOOP;
+    ELSE
+        PERFORM settle_calls(p_calls);
+    END IF;
+
+    -- A second charge for a customer and period, flagged by the proxy.
+    FOR c IN
+        SELECT x.*
+        FROM recorded_calls(p_calls) x
+        WHERE x.settlement = 'settled' AND x.stripe_object_id IS NOT NULL AND x.duplicate_of IS NOT NULL
+        ORDER BY x.vault_key_id
+    LOOP
+        INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency, charge_ids,
+            keeper_charge_id, amount_at_risk_cents, explanation)
+        VALUES ('duplicate', c.billing_period, c.metadata_customer_id, c.currency,
+                ARRAY[c.duplicate_of, c.stripe_object_id], c.duplicate_of, c.amount_cents,
+                format('The proxy flagged %s: a second charge for %s in %s under another idempotency key (%s) after %s',
+                       c.stripe_object_id, c.metadata_customer_id, c.billing_period,
+                       COALESCE(c.idempotency_key, 'none'), c.duplicate_of))
+        ON CONFLICT ON CONSTRAINT reconciliation_findings_once DO UPDATE SET
+            -- Open: one more charge on it. Resolved: news, a new finding.
+            charge_ids = CASE WHEN f.resolved_at IS NULL THEN f.charge_ids || c.stripe_object_id
+                              ELSE EXCLUDED.charge_ids END,
+            keeper_charge_id = CASE WHEN f.resolved_at IS NULL THEN f.keeper_charge_id
+                                    ELSE EXCLUDED.keeper_charge_id END,
+            amount_at_risk_cents = CASE WHEN f.resolved_at IS NULL
+                                        THEN f.amount_at_risk_cents + EXCLUDED.amount_at_risk_cents
+                                        ELSE EXCLUDED.amount_at_risk_cents END,
+            explanation = EXCLUDED.explanation,
+            last_detected_at = now(),
+            resolution = NULL, resolved_at = NULL, resolved_by = NULL, resolution_note = NULL
+        WHERE NOT (c.stripe_object_id = ANY (f.charge_ids));
+    END LOOP;
+
+    INSERT INTO audit_log (request_id, vault_key_id, key_prefix, method, path, stripe_customer,
+        metadata_customer_id, metadata_billing_period, billing_period, amount_cents, currency,
+        idempotency_key, decision, upstream_status, stripe_object_id, error_code, message, latency_ms)
+    SELECT request_id, vault_key_id, key_prefix, method, path, stripe_customer,
+        metadata_customer_id, metadata_billing_period, billing_period, amount_cents, currency,
+        idempotency_key, decision, upstream_status, stripe_object_id, error_code, message, latency_ms
+    FROM jsonb_populate_recordset(NULL::audit_log, p_calls);
+END
+$$;
+
+
+CREATE OR REPLACE FUNCTION reserve_spend_many(p_calls jsonb)
+RETURNS TABLE(call_position bigint, outcome text, reservation_id bigint, cap bigint, spent bigint,
+              reserved bigint, earlier_charge text, earlier_state text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    -- The batch's keys, locked in key order as every ledger writer locks
+    -- them (the lock an UPDATE of the counters takes).
+    PERFORM 1 FROM vault_keys k
+    WHERE k.id IN (SELECT x.key FROM reserve_calls(p_calls) x)
+    ORDER BY k.id
+    FOR NO KEY UPDATE;
+
+    IF NOT EXISTS (
+        WITH calls AS MATERIALIZED (SELECT * FROM reserve_calls(p_calls))
+        SELECT 1
+        FROM (SELECT x.key, sum(x.amount)::bigint AS total FROM calls x GROUP BY x.key) t
+        LEFT JOIN vault_keys k ON k.id = t.key
+        WHERE k.id IS NULL OR k.revoked_at IS NOT NULL OR k.expires_at <= now()
+           OR k.spent_cents + k.reserved_cents + t.total > k.cap_cents
+        UNION ALL
+        SELECT 1 FROM calls x
+        JOIN reservations r ON r.vault_key_id = x.key AND r.idempotency_key = x.idempotency_key
+                           AND NOT r.superseded
+        UNION ALL
+        SELECT 1 FROM calls x WHERE x.idempotency_key IS NOT NULL
+        GROUP BY x.key, x.idempotency_key HAVING count(*) > 1
+        UNION ALL
+        SELECT 1 FROM calls x
+        JOIN vault_keys k ON k.id = x.key AND k.duplicate_policy <> 'off'
+        JOIN reservations r ON r.billing_period = x.billing_period
+                           AND r.metadata_customer_id = x.metadata_customer_id
+                           AND r.state IN ('pending', 'settled', 'outcome_unknown')
+        UNION ALL
+        SELECT 1 FROM calls x WHERE x.metadata_customer_id IS NOT NULL
+        GROUP BY x.billing_period, x.metadata_customer_id HAVING count(*) > 1
+    ) THEN
+        RETURN QUERY
+        WITH calls AS MATERIALIZED (SELECT * FROM reserve_calls(p_calls)
+        ), counted AS (
+            UPDATE vault_keys k SET reserved_cents = k.reserved_cents + t.total
+            FROM (SELECT x.key, sum(x.amount)::bigint AS total FROM calls x GROUP BY x.key) t
+            WHERE k.id = t.key
+            RETURNING k.id, k.spent_cents + k.reserved_cents - t.total AS committed_before, k.cap_cents,
+                      k.alert_thresholds_pct
+        ), made AS (
+            INSERT INTO reservations (vault_key_id, request_id, idempotency_key, fingerprint, amount_cents,
+                                      method, path, stripe_customer, metadata_customer_id, billing_period,
+                                      currency, payment_intent, request_body, stripe_version, claimed_until)
+            SELECT x.key, x.request, x.idempotency_key, x.fingerprint, x.amount, x.method,
+                   x.path, x.stripe_customer, x.metadata_customer_id, x.billing_period, x.currency,
+                   x.payment_intent, x.request_body, x.stripe_version,
+                   now() + make_interval(secs => x.lease_secs)
+            FROM calls x
+            ORDER BY x.key, x.n
+            RETURNING id, request_id
+        ), used AS (
+            -- What each call leaves committed on its key, in the batch's order.
+            SELECT x.key, x.amount, k.cap_cents, k.alert_thresholds_pct,
+                   k.committed_before + sum(x.amount) OVER (PARTITION BY x.key ORDER BY x.n)::bigint AS committed
+            FROM calls x JOIN counted k ON k.id = x.key
+        ), alerted AS (
+            INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents)
+            SELECT u.key, 'threshold', t, u.committed, u.cap_cents
+            FROM used u, unnest(u.alert_thresholds_pct) AS t
+            WHERE (u.committed - u.amount) * 100 < t::bigint * u.cap_cents
+              AND u.committed * 100 >= t::bigint * u.cap_cents
+            ON CONFLICT ON CONSTRAINT alerts_once DO NOTHING
+        )
+        SELECT x.n, 'reserved'::text, m.id, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text
+        FROM calls x JOIN made m ON m.request_id = x.request
+        ORDER BY x.n;
+        RETURN;
+    END IF;
+
+    FOR c IN
+        SELECT * FROM reserve_calls(p_calls) x
+        ORDER BY x.key, x.n
+    LOOP
+        RETURN QUERY
+            SELECT c.n, r.outcome, r.reservation_id, r.cap, r.spent, r.reserved, r.earlier_charge, r.earlier_state
+            FROM reserve_spend(c.key, c.request, c.idempotency_key, c.fingerprint, c.amount,
+                               c.method, c.path, c.stripe_customer, c.metadata_customer_id,
+                               c.billing_period, c.currency, c.payment_intent, c.request_body,
+                               c.stripe_version, c.lease_secs) r;
+    END LOOP;
+END
+$$;
+
+DROP FUNCTION settle_spend(bigint, text, text);
