@@ -31,7 +31,9 @@ function request()
     n = math.floor((sent + 1) / 2)
   end
   local headers = {
-    ["Authorization"] = "Bearer " .. keys[(n % #keys) + 1],
+    -- Each thread starts at another key: threads in step would otherwise
+    -- send to the same keys at once, and "100 keys" would be a few.
+    ["Authorization"] = "Bearer " .. keys[((n + id * 37) % #keys) + 1],
     ["Content-Type"] = "application/x-www-form-urlencoded",
     ["Idempotency-Key"] = tag .. n,
   }
