@@ -395,7 +395,8 @@ BEGIN
     FOR c IN
         SELECT x.*
         FROM recorded_calls(p_calls) x
-        WHERE x.settlement = 'settled' AND x.stripe_object_id IS NOT NULL AND x.duplicate_of IS NOT NULL
+        WHERE x.reservation_id IS NOT NULL AND x.settlement = 'settled' AND x.stripe_object_id IS NOT NULL
+          AND x.duplicate_of IS NOT NULL
         ORDER BY x.vault_key_id
     LOOP
         INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency, charge_ids,
@@ -475,7 +476,7 @@ DECLARE
     given_back bigint := 0;
     part bigint;
 BEGIN
-    PERFORM 1 FROM vault_keys WHERE id = p_key FOR UPDATE;
+    PERFORM 1 FROM vault_keys WHERE id = p_key FOR NO KEY UPDATE;
     SELECT coalesce(sum(amount_cents - released_cents), 0) - p_keep INTO surplus
     FROM reservations
     WHERE vault_key_id = p_key AND payment_intent = p_intent AND state = 'settled';
@@ -545,7 +546,7 @@ BEGIN
     IF NOT fits THEN
         SELECT v.cap_cents, v.spent_cents, v.reserved_cents, v.alert_thresholds_pct, v.duplicate_policy,
                v.revoked_at IS NULL AND v.expires_at > now() AS usable
-        INTO k FROM vault_keys v WHERE v.id = p_key FOR UPDATE;
+        INTO k FROM vault_keys v WHERE v.id = p_key FOR NO KEY UPDATE;
         IF NOT FOUND OR NOT k.usable THEN
             RETURN QUERY SELECT 'unusable'::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
                                 NULL::text, NULL::text;
@@ -771,14 +772,26 @@ BEGIN
     -- key (an audit row, a reservation) are not held up by it.
     FOR NO KEY UPDATE;
 
-    WITH settled AS (
+    WITH claims AS (
+        -- A charge id binds one reservation. Two keys on one account can
+        -- both be told the same charge (Stripe's answer to the same
+        -- Idempotency-Key and parameters): in one batch, the first of them
+        -- in key order takes it, as call by call.
+        SELECT DISTINCT ON (x.stripe_object_id) x.reservation_id, x.stripe_object_id
+        FROM recorded_calls(p_calls) x
+        JOIN reservations p ON p.id = x.reservation_id AND p.state = 'pending'
+        WHERE x.settlement IN ('settled', 'outcome_unknown') AND x.stripe_object_id IS NOT NULL
+        ORDER BY x.stripe_object_id, x.vault_key_id, x.reservation_id
+    ), settled AS (
         UPDATE reservations r
         SET state = x.settlement, settled_at = now(),
             -- An unknown outcome keeps Stripe's object id too: a declined
             -- payment intent that could not be cancelled stays reserved,
             -- bound to its key.
             stripe_charge_id = CASE
-                WHEN x.settlement IN ('settled', 'outcome_unknown') AND x.stripe_object_id IS NOT NULL
+                WHEN x.settlement IN ('settled', 'outcome_unknown')
+                     AND (x.reservation_id, x.stripe_object_id) IN (SELECT c.reservation_id, c.stripe_object_id
+                                                                    FROM claims c)
                      AND NOT EXISTS (SELECT 1 FROM reservations o
                                      WHERE o.stripe_charge_id = x.stripe_object_id AND o.id <> r.id)
                 THEN x.stripe_object_id
@@ -815,7 +828,7 @@ BEGIN
         RAISE EXCEPTION 'an unknown outcome is settled or released, not %', p_state;
     END IF;
     PERFORM 1 FROM vault_keys
-    WHERE id = (SELECT vault_key_id FROM reservations WHERE id = p_reservation) FOR UPDATE;
+    WHERE id = (SELECT vault_key_id FROM reservations WHERE id = p_reservation) FOR NO KEY UPDATE;
     UPDATE reservations SET state = p_state, settled_at = now(), stripe_charge_id = p_charge
     WHERE id = p_reservation AND state = 'outcome_unknown'
     RETURNING vault_key_id, amount_cents INTO key_id, amount;

@@ -305,6 +305,16 @@ pub async fn settle_unknown(
     .bind(made_before)
     .fetch_all(&mut *tx)
     .await?;
+    // Their keys first, in key order as the ledger's writers lock them:
+    // taken call by call, in call order, they could deadlock with a writer.
+    sqlx::query(
+        "SELECT 1 FROM vault_keys
+         WHERE id IN (SELECT vault_key_id FROM reservations WHERE id = ANY($1))
+         ORDER BY id FOR NO KEY UPDATE",
+    )
+    .bind(&unknown)
+    .execute(&mut *tx)
+    .await?;
     let mut outcomes = UnknownOutcomes::default();
     let mut decided = Vec::with_capacity(unknown.len());
     for id in unknown {

@@ -16,7 +16,10 @@ use app::{
 };
 use server::proxy::{Ledger, LedgerError};
 
-use crate::{helpers::until_one_waits_on_a_lock, proxy::proxy_with_key};
+use crate::{
+    helpers::{until_one_waits_on_a_lock, TestApp},
+    proxy::proxy_with_key,
+};
 
 fn refused_call(message: &str) -> CallRecord {
     CallRecord {
@@ -80,6 +83,17 @@ async fn reserve_behind_a_lock(
     });
     until_one_waits_on_a_lock(pool).await;
     (lock, call)
+}
+
+/// A key beside `proxy_with_key`'s, made through the key API.
+async fn another_key(app: &TestApp, cap_cents: i64) -> i64 {
+    let token = app.api_token().await;
+    let body = json!({
+        "label": "another run", "expected_total_cents": cap_cents, "cap_cents": cap_cents,
+        "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
+    });
+    let created = app.post_json("/vault/keys", &token, body).await;
+    created.json()["id"].as_i64().unwrap()
 }
 
 /// Lets every spawned task run up to its next wait.
@@ -161,13 +175,7 @@ async fn a_full_reservation_queue_turns_new_calls_away_before_reserving(pool: Pg
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_call_on_another_key_is_reserved_while_a_batch_waits_on_a_locked_key(pool: PgPool) {
     let (app, _stripe, _key, held) = proxy_with_key(pool.clone(), 1_000_000).await;
-    let token = app.api_token().await;
-    let body = json!({
-        "label": "another run", "expected_total_cents": 1_000_000, "cap_cents": 1_000_000,
-        "allowed_endpoints": ["POST /v1/charges"], "expires_at": crate::helpers::in_a_month(),
-    });
-    let created = app.post_json("/vault/keys", &token, body).await;
-    let other = created.json()["id"].as_i64().unwrap();
+    let other = another_key(&app, 1_000_000).await;
     // Two lanes: a key's calls go to lane id % 2.
     assert_ne!(other % 2, held % 2, "the two keys share a lane");
     let ledger = Ledger::start(pool.clone(), 64, 2);
@@ -338,4 +346,127 @@ async fn a_batch_reserved_at_once_meters_as_calls_one_by_one(pool: PgPool) {
     )
     .await;
     assert_eq!(crossed, 1, "90 % crossed once, by the call that took 1,200");
+}
+
+/// Stripe answers the same Idempotency-Key and parameters with the same
+/// charge, so two keys on one account can both be told `ch_same`. Settled
+/// in one batch, the charge is bound to the first reservation in key order
+/// (as call by call) and the batch is not refused for it: one such pair
+/// must not send a whole batch the slow way.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn one_charge_answered_to_two_keys_settles_both_in_one_batch(pool: PgPool) {
+    use app::keys::spend::{record_many, reserve_many, Settlement};
+
+    let (app, _stripe, _key, first) = proxy_with_key(pool.clone(), 1_000).await;
+    let second = another_key(&app, 1_000).await;
+    let mut reservations = Vec::new();
+    for key in [second, first] {
+        let outcome = reserve_many(&pool, &[reserve_call(key, 1)]).await.unwrap();
+        let [Reserved::New { reservation_id, .. }] = outcome[..] else {
+            panic!("{outcome:?}");
+        };
+        reservations.push((key, reservation_id));
+    }
+    let settled: Vec<CallRecord> = reservations
+        .iter()
+        .map(|&(key, reservation)| CallRecord {
+            entry: AuditEntry {
+                vault_key_id: Some(app::domain::VaultKeyId(key)),
+                decision: Decision::Allowed,
+                upstream_status: Some(200),
+                stripe_object_id: Some("ch_same".into()),
+                latency_ms: 1,
+                ..AuditEntry::received("POST", "/v1/charges")
+            },
+            reservation_id: Some(reservation),
+            settlement: Some(Settlement::Spent),
+            duplicate_of: None,
+            release: None,
+        })
+        .collect();
+
+    record_many(&pool, &settled).await.unwrap();
+
+    let states: Vec<(i64, String, Option<String>, i64)> = sqlx::query_as(
+        "SELECT r.vault_key_id, r.state, r.stripe_charge_id, k.spent_cents
+         FROM reservations r JOIN vault_keys k ON k.id = r.vault_key_id ORDER BY r.vault_key_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        states,
+        [
+            (first, "settled".into(), Some("ch_same".into()), 100),
+            (second, "settled".into(), None, 100),
+        ]
+    );
+}
+
+/// A settled call flagged as a duplicate opens a finding only when it held
+/// a reservation, as it always did: an audit row alone claims no charge.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_flagged_duplicate_without_a_reservation_opens_no_finding(pool: PgPool) {
+    use app::keys::spend::{record_many, Settlement};
+
+    let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_000).await;
+    let unreserved = CallRecord {
+        entry: AuditEntry {
+            vault_key_id: Some(app::domain::VaultKeyId(key)),
+            decision: Decision::Allowed,
+            stripe_object_id: Some("ch_second".into()),
+            metadata_customer_id: Some("cust-1".into()),
+            billing_period: Some("2026-07".parse().unwrap()),
+            amount_cents: Some(app::domain::Cents(100)),
+            currency: Some("usd".into()),
+            latency_ms: 1,
+            ..AuditEntry::received("POST", "/v1/charges")
+        },
+        reservation_id: None,
+        settlement: Some(Settlement::Spent),
+        duplicate_of: Some("ch_first".into()),
+        release: None,
+    };
+    record_many(&pool, &[unreserved]).await.unwrap();
+    let findings =
+        crate::helpers::count(&pool, "SELECT count(*) FROM reconciliation_findings").await;
+    assert_eq!(findings, 0);
+}
+
+/// An audit row's foreign key takes a KEY SHARE lock on its vault key. A
+/// reservation refused over the cap must not lock keys any harder than a
+/// plain one does: FOR UPDATE waited for such rows in the order they were
+/// written, not key order, and deadlocked with their writer.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn calls_refused_over_the_cap_do_not_wait_for_audit_rows_of_their_keys(pool: PgPool) {
+    use app::keys::spend::reserve_many;
+
+    let (app, _stripe, _key, low) = proxy_with_key(pool.clone(), 50).await;
+    let high = another_key(&app, 50).await;
+    let mut writing = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO audit_log (request_id, vault_key_id, method, path, decision)
+         VALUES (gen_random_uuid(), $1, 'POST', '/v1/charges', 'allowed')",
+    )
+    .bind(high)
+    .execute(&mut *writing)
+    .await
+    .unwrap();
+
+    // Both calls are over their caps: the long way, key by key. (The bound
+    // only turns a hang into a failure.)
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        reserve_many(&pool, &[reserve_call(low, 1), reserve_call(high, 2)]),
+    )
+    .await
+    .expect("the reservation waited for an audit row's transaction")
+    .unwrap();
+    assert!(
+        refused
+            .iter()
+            .all(|outcome| matches!(outcome, Reserved::OverCap { .. })),
+        "{refused:?}"
+    );
+    writing.commit().await.unwrap();
 }
