@@ -105,9 +105,9 @@ pub fn router_tracking(
         .layer(sessions)
         .layer(DefaultBodyLimit::max(MAX_FORM_BODY));
 
-    // The ledger's connections form lanes by key, two each: a lane's
-    // reservations are written on one, its settlements on the other (at
-    // least one lane). Key lookups take a free one between batches.
+    // Half the ledger's connections write reservations, in lanes by key
+    // (at least one); one writes settlements; key lookups take a free one
+    // between batches.
     let lanes = (ledger_pool.options().get_max_connections() as usize / 2).max(1);
     let stripe_events =
         crate::stripe_events::router(state.pool.clone(), upstream.webhook_secrets().clone());

@@ -3,18 +3,20 @@
 //! Every metered call makes two durable writes (reserve before forwarding,
 //! settle and audit after), and every refused call one. Made one by one,
 //! each waits for its own commit, and calls on one hot key queue on its row
-//! lock through every commit. Here a single writer per kind takes whatever
-//! calls are waiting whenever the database is free and writes them in one
-//! statement and one commit. Nothing waits for a batch to fill: a lone call
-//! is written at once, and under load the batches grow by themselves.
+//! lock through every commit. Here writers take whatever calls are waiting
+//! whenever they are free and write them in one statement and one commit.
+//! Nothing waits for a batch to fill: a lone call is written at once, and
+//! under load the batches grow by themselves.
 //!
-//! Each kind has a few writers, and a key's calls always go to the same
-//! one (its lane): a batch takes every call of its keys that is waiting, a
-//! hot key's calls are written together rather than split over writers
-//! that then queue on the key's row lock, and a call on a key of another
-//! lane is written beside a batch that waits on a locked key. Batches lock
-//! keys in key order (see the migrations), so writers never deadlock each
-//! other.
+//! Reservations are written in lanes: a key's calls always go to the same
+//! writer (its lane), so a hot key's calls are written together rather than
+//! split over writers that then queue on its row lock, and a call on a key
+//! of another lane is written beside a batch that waits on a locked key.
+//! Settlements have one writer: each batch appends audit rows, and the
+//! audit log's hash chain lets one transaction at a time hold its head, up
+//! to its commit, so a second writer would only wait for the first, with
+//! smaller batches. Batches lock keys in key order (see the migrations), so
+//! writers never deadlock each other.
 //!
 //! One call must never cost another its write: a batch that fails (a row
 //! the database refuses, a deadlock with another process) is written again
@@ -66,9 +68,10 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Starts `lanes` writers of each kind on `pool` (each holds one of its
-    /// connections while it writes); at most `reserve_queue` calls wait for
-    /// a reservation. They stop when the last clone is dropped.
+    /// Starts `lanes` writers of reservations and one of settlements on
+    /// `pool` (each holds one of its connections while it writes); at most
+    /// `reserve_queue` calls wait for a reservation. They stop when the last
+    /// clone is dropped.
     pub fn start(pool: PgPool, reserve_queue: usize, lanes: usize) -> Self {
         let reserve = Batcher::start(
             "reserve",
@@ -90,8 +93,8 @@ impl Ledger {
             "record",
             RECORD_QUEUE,
             false,
-            lanes,
-            |call: &CallRecord| call.entry.vault_key_id.map_or(0, |key| key.0),
+            1,
+            |_| 0,
             move |calls: Arc<[CallRecord]>| {
                 let pool = pool.clone();
                 async move {
