@@ -134,7 +134,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     c record;
 BEGIN
-    IF EXISTS (SELECT 1 FROM recorded_calls(p_calls) x WHERE x.release IS NOT NULL) THEN
+    -- The batch's JSON is read by jsonpath tests first: most batches hold
+    -- no release and no flagged duplicate, and a batch of refusals no
+    -- reservation, so their statements (each reading the JSON again) are
+    -- skipped.
+    IF jsonb_path_exists(p_calls, '$[*].release ? (@.type() != "null")') THEN
         -- A payment intent Stripe cancelled or captured for less gives
         -- back what its earlier calls settled (rare): call by call, as
         -- before, each release before its own call settles.
@@ -149,39 +153,41 @@ BEGIN
             END IF;
             PERFORM settle_calls(jsonb_build_array(p_calls->(c.n::int - 1)));
         END LOOP;
-    ELSE
+    ELSIF jsonb_path_exists(p_calls, '$[*].reservation_id ? (@.type() != "null")') THEN
         PERFORM settle_calls(p_calls);
     END IF;
 
     -- A second charge for a customer and period, flagged by the proxy.
-    FOR c IN
-        SELECT x.*
-        FROM recorded_calls(p_calls) x
-        WHERE x.reservation_id IS NOT NULL AND x.settlement = 'settled' AND x.stripe_object_id IS NOT NULL
-          AND x.duplicate_of IS NOT NULL
-        ORDER BY x.vault_key_id
-    LOOP
-        INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency, charge_ids,
-            keeper_charge_id, amount_at_risk_cents, explanation)
-        VALUES ('duplicate', c.billing_period, c.metadata_customer_id, c.currency,
-                ARRAY[c.duplicate_of, c.stripe_object_id], c.duplicate_of, c.amount_cents,
-                format('The proxy flagged %s: a second charge for %s in %s under another idempotency key (%s) after %s',
-                       c.stripe_object_id, c.metadata_customer_id, c.billing_period,
-                       COALESCE(c.idempotency_key, 'none'), c.duplicate_of))
-        ON CONFLICT ON CONSTRAINT reconciliation_findings_once DO UPDATE SET
-            -- Open: one more charge on it. Resolved: news, a new finding.
-            charge_ids = CASE WHEN f.resolved_at IS NULL THEN f.charge_ids || c.stripe_object_id
-                              ELSE EXCLUDED.charge_ids END,
-            keeper_charge_id = CASE WHEN f.resolved_at IS NULL THEN f.keeper_charge_id
-                                    ELSE EXCLUDED.keeper_charge_id END,
-            amount_at_risk_cents = CASE WHEN f.resolved_at IS NULL
-                                        THEN f.amount_at_risk_cents + EXCLUDED.amount_at_risk_cents
-                                        ELSE EXCLUDED.amount_at_risk_cents END,
-            explanation = EXCLUDED.explanation,
-            last_detected_at = now(),
-            resolution = NULL, resolved_at = NULL, resolved_by = NULL, resolution_note = NULL
-        WHERE NOT (c.stripe_object_id = ANY (f.charge_ids));
-    END LOOP;
+    IF jsonb_path_exists(p_calls, '$[*].duplicate_of ? (@.type() != "null")') THEN
+        FOR c IN
+            SELECT x.*
+            FROM recorded_calls(p_calls) x
+            WHERE x.reservation_id IS NOT NULL AND x.settlement = 'settled' AND x.stripe_object_id IS NOT NULL
+              AND x.duplicate_of IS NOT NULL
+            ORDER BY x.vault_key_id
+        LOOP
+            INSERT INTO reconciliation_findings AS f (kind, billing_period, customer_id, currency, charge_ids,
+                keeper_charge_id, amount_at_risk_cents, explanation)
+            VALUES ('duplicate', c.billing_period, c.metadata_customer_id, c.currency,
+                    ARRAY[c.duplicate_of, c.stripe_object_id], c.duplicate_of, c.amount_cents,
+                    format('The proxy flagged %s: a second charge for %s in %s under another idempotency key (%s) after %s',
+                           c.stripe_object_id, c.metadata_customer_id, c.billing_period,
+                           COALESCE(c.idempotency_key, 'none'), c.duplicate_of))
+            ON CONFLICT ON CONSTRAINT reconciliation_findings_once DO UPDATE SET
+                -- Open: one more charge on it. Resolved: news, a new finding.
+                charge_ids = CASE WHEN f.resolved_at IS NULL THEN f.charge_ids || c.stripe_object_id
+                                  ELSE EXCLUDED.charge_ids END,
+                keeper_charge_id = CASE WHEN f.resolved_at IS NULL THEN f.keeper_charge_id
+                                        ELSE EXCLUDED.keeper_charge_id END,
+                amount_at_risk_cents = CASE WHEN f.resolved_at IS NULL
+                                            THEN f.amount_at_risk_cents + EXCLUDED.amount_at_risk_cents
+                                            ELSE EXCLUDED.amount_at_risk_cents END,
+                explanation = EXCLUDED.explanation,
+                last_detected_at = now(),
+                resolution = NULL, resolved_at = NULL, resolved_by = NULL, resolution_note = NULL
+            WHERE NOT (c.stripe_object_id = ANY (f.charge_ids));
+        END LOOP;
+    END IF;
 
     INSERT INTO audit_log (request_id, vault_key_id, key_prefix, method, path, stripe_customer,
         metadata_customer_id, metadata_billing_period, billing_period, amount_cents, currency,
