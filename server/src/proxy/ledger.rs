@@ -35,8 +35,9 @@ use app::keys::spend::{self, CallRecord, ReserveCall, Reserved};
 /// The most calls written in one statement.
 const MAX_BATCH: usize = 256;
 
-/// Calls that may wait for a reservation at once; beyond this the database
-/// is not keeping up and waiting longer helps nobody.
+/// Calls that may wait for a reservation at once, an equal share in each
+/// lane (so one hot key may queue its lane's share); beyond this the
+/// database is not keeping up and waiting longer helps nobody.
 pub const RESERVE_QUEUE: usize = 4096;
 
 /// Settlements and audit rows waiting for the writer before callers wait
