@@ -365,6 +365,24 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.record_and_reserve(p_records jsonb, p_reserves jsonb)
+ RETURNS TABLE(call_position bigint, outcome text, reservation_id bigint, cap bigint, spent bigint, reserved bigint, earlier_charge text, earlier_state text)
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM 1 FROM vault_keys k
+    WHERE k.id IN (SELECT x.key FROM reserve_calls(p_reserves) x
+                   UNION
+                   SELECT x.vault_key_id FROM recorded_calls(p_records) x
+                   WHERE x.reservation_id IS NOT NULL OR x.release IS NOT NULL)
+    ORDER BY k.id
+    FOR NO KEY UPDATE;
+
+    RETURN QUERY SELECT * FROM reserve_spend_many(p_reserves);
+    PERFORM record_calls(p_records);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.record_calls(p_calls jsonb)
  RETURNS void
  LANGUAGE plpgsql

@@ -138,13 +138,33 @@ pub async fn reserve_many(
     pool: &PgPool,
     calls: &[ReserveCall],
 ) -> Result<Vec<Reserved>, sqlx::Error> {
-    let rows: Vec<ReserveOutcome> = sqlx::query_as("SELECT * FROM reserve_spend_many($1)")
+    let rows = sqlx::query_as("SELECT * FROM reserve_spend_many($1)")
         .bind(Json(calls))
         .fetch_all(pool)
         .await?;
-    // Exactly one outcome per call: anything else is a broken statement,
-    // never a refusal made up here.
-    let mut outcomes: Vec<Option<Reserved>> = vec![None; calls.len()];
+    outcomes(rows, calls.len())
+}
+
+/// [`reserve_many`] and [`record_many`] in one statement and one commit
+/// (see record_and_reserve in the migrations): the reservations' outcomes.
+#[tracing::instrument(skip_all)]
+pub async fn record_and_reserve(
+    pool: &PgPool,
+    records: &[CallRecord],
+    reserves: &[ReserveCall],
+) -> Result<Vec<Reserved>, sqlx::Error> {
+    let rows = sqlx::query_as("SELECT * FROM record_and_reserve($1, $2)")
+        .bind(Json(records))
+        .bind(Json(reserves))
+        .fetch_all(pool)
+        .await?;
+    outcomes(rows, reserves.len())
+}
+
+/// Exactly one outcome per call, in the calls' order: anything else is a
+/// broken statement, never a refusal made up here.
+fn outcomes(rows: Vec<ReserveOutcome>, calls: usize) -> Result<Vec<Reserved>, sqlx::Error> {
+    let mut outcomes: Vec<Option<Reserved>> = vec![None; calls];
     for row in rows {
         let position = row.call_position;
         let slot = usize::try_from(position - 1)
@@ -153,8 +173,7 @@ pub async fn reserve_many(
             .filter(|slot| slot.is_none())
             .ok_or_else(|| {
                 sqlx::Error::Protocol(format!(
-                    "reserve_spend_many answered call {position} of {} twice or out of range",
-                    calls.len()
+                    "reserve_spend_many answered call {position} of {calls} twice or out of range"
                 ))
             })?;
         *slot = Some(row.read()?);

@@ -105,14 +105,12 @@ pub fn router_tracking(
         .layer(sessions)
         .layer(DefaultBodyLimit::max(MAX_FORM_BODY));
 
-    // Half the ledger's connections write reservations, in lanes by key
-    // (at least one); one writes settlements; key lookups take a free one
-    // between batches.
-    let lanes = (ledger_pool.options().get_max_connections() as usize / 2).max(1);
+    // One of the ledger's connections writes reservations and settlements
+    // (see proxy::ledger); key lookups take the others.
     let stripe_events =
         crate::stripe_events::router(state.pool.clone(), upstream.webhook_secrets().clone());
     let proxy = crate::proxy::router(ProxyState {
-        ledger: Ledger::start(ledger_pool.clone(), RESERVE_QUEUE, lanes),
+        ledger: Ledger::start(ledger_pool.clone(), RESERVE_QUEUE),
         pool: ledger_pool,
         upstream,
         keys: KeyLookup::new(),

@@ -4,27 +4,29 @@
 //! settle and audit after), and every refused call one. Made one by one,
 //! each waits for its own commit, and calls on one hot key queue on its row
 //! lock through every commit. Here writers take whatever calls are waiting
-//! whenever they are free and write them in one statement and one commit.
-//! Nothing waits for a batch to fill: a lone call is written at once, and
-//! under load the batches grow by themselves.
+//! whenever they are free and write them in one statement and one commit:
+//! the reservations and the settlements waiting at that moment together,
+//! since most of a small batch's cost is the statement's and the commit's,
+//! not its calls'. Nothing waits for a batch to fill: a lone call is
+//! written at once, and under load the batches grow by themselves.
 //!
-//! Reservations are written in lanes: a key's calls always go to the same
-//! writer (its lane), so a hot key's calls are written together rather than
-//! split over writers that then queue on its row lock, and a call on a key
-//! of another lane is written beside a batch that waits on a locked key.
-//! Settlements have one writer: each batch appends audit rows, and the
-//! audit log's hash chain lets one transaction at a time hold its head, up
-//! to its commit, so a second writer would only wait for the first, with
-//! smaller batches. Batches lock keys in key order (see the migrations), so
-//! writers never deadlock each other.
+//! One writer does it all. Each batch appends audit rows, and the audit
+//! log's hash chain lets one transaction at a time hold its head, up to its
+//! commit: a second writer (in lanes by key, tried) only waited for the
+//! first, with smaller batches, and halved the throughput. The price: a
+//! batch waiting on a key that a console transaction holds delays every
+//! call behind it for that transaction's few milliseconds. A batch locks
+//! its keys in key order before the chain head (see the migrations), so it
+//! never deadlocks with another instance's writer.
 //!
 //! One call must never cost another its write: a batch that fails (a row
 //! the database refuses, a deadlock with another process) is written again
-//! call by call, so only a call that fails on its own gets the error. The
-//! reservation queue is bounded: when it is full, new calls are turned away
-//! before anything is reserved ([`LedgerError::Overloaded`]).
+//! kind by kind, then call by call, so only a call that fails on its own
+//! gets the error. The reservation queue is bounded: when it is full, new
+//! calls are turned away before anything is reserved
+//! ([`LedgerError::Overloaded`]).
 
-use std::{fmt, future::Future, sync::Arc, time::Instant};
+use std::{fmt, future::Future, mem, sync::Arc, time::Instant};
 
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
@@ -32,12 +34,11 @@ use tracing::Instrument;
 
 use app::keys::spend::{self, CallRecord, ReserveCall, Reserved};
 
-/// The most calls written in one statement.
+/// The most calls of each kind written in one statement.
 const MAX_BATCH: usize = 256;
 
-/// Calls that may wait for a reservation at once, an equal share in each
-/// lane (so one hot key may queue its lane's share); beyond this the
-/// database is not keeping up and waiting longer helps nobody.
+/// Calls that may wait for a reservation at once; beyond this the database
+/// is not keeping up and waiting longer helps nobody.
 pub const RESERVE_QUEUE: usize = 4096;
 
 /// Settlements and audit rows waiting for the writer before callers wait
@@ -62,180 +63,185 @@ impl fmt::Display for LedgerError {
     }
 }
 
+type Reply<R> = oneshot::Sender<Result<R, LedgerError>>;
+
+type Waiting<T, R> = Vec<(T, Reply<R>)>;
+
 #[derive(Clone)]
 pub struct Ledger {
-    reserve: Batcher<ReserveCall, Reserved>,
-    record: Batcher<CallRecord, ()>,
+    reserve: mpsc::Sender<(ReserveCall, Reply<Reserved>)>,
+    record: mpsc::Sender<(CallRecord, Reply<()>)>,
 }
 
 impl Ledger {
-    /// Starts `lanes` writers of reservations and one of settlements on
-    /// `pool` (each holds one of its connections while it writes); at most
-    /// `reserve_queue` calls wait for a reservation. They stop when the last
-    /// clone is dropped.
-    pub fn start(pool: PgPool, reserve_queue: usize, lanes: usize) -> Self {
-        let reserve = Batcher::start(
-            "reserve",
-            reserve_queue,
-            true,
-            lanes,
-            |call: &ReserveCall| call.key.0,
-            {
-                let pool = pool.clone();
-                move |calls: Arc<[ReserveCall]>| {
-                    let pool = pool.clone();
-                    async move { spend::reserve_many(&pool, &calls).await }
-                }
-            },
-        );
+    /// Starts the writer on `pool` (it holds one of its connections while
+    /// it writes); at most `reserve_queue` calls wait for a reservation. It
+    /// stops when the last clone is dropped.
+    pub fn start(pool: PgPool, reserve_queue: usize) -> Self {
+        let (reserve, reserves) = mpsc::channel(reserve_queue.max(1));
         // Settlements are never turned away (Stripe has answered them): a
         // full queue makes them wait for room.
-        let record = Batcher::start(
-            "record",
-            RECORD_QUEUE,
-            false,
-            1,
-            |_| 0,
-            move |calls: Arc<[CallRecord]>| {
-                let pool = pool.clone();
-                async move {
-                    spend::record_many(&pool, &calls).await?;
-                    Ok(vec![(); calls.len()])
-                }
-            },
-        );
+        let (record, records) = mpsc::channel(RECORD_QUEUE);
+        tokio::spawn(write_all(pool, reserves, records));
         Self { reserve, record }
     }
 
     /// Reserves a call's amount against its key's cap (committed on return).
     pub async fn reserve(&self, call: ReserveCall) -> Result<Reserved, LedgerError> {
-        self.reserve.submit(call).await
+        let (reply, answer) = oneshot::channel();
+        self.reserve
+            .try_send((call, reply))
+            .map_err(|err| match err {
+                mpsc::error::TrySendError::Full(_) => LedgerError::Overloaded,
+                mpsc::error::TrySendError::Closed(_) => stopped(),
+            })?;
+        answer.await.map_err(|_| stopped())?
     }
 
     /// Settles a call's reservation, if any, and appends its audit row
     /// (committed together on return).
     pub async fn record(&self, call: CallRecord) -> Result<(), LedgerError> {
-        self.record.submit(call).await
-    }
-}
-
-type Reply<R> = oneshot::Sender<Result<R, LedgerError>>;
-
-type Queue<T, R> = mpsc::Sender<(T, Reply<R>)>;
-
-/// Bounded queues (lanes) in front of writer tasks, one each, that take
-/// everything queued in their lane (in arrival order) when they are free
-/// and run `write` on it. A call's lane is its key's.
-struct Batcher<T, R> {
-    lanes: Arc<[Queue<T, R>]>,
-    lane_of: fn(&T) -> i64,
-    /// Full queue: turn the call away (true) or wait for room (false).
-    turn_away: bool,
-}
-
-impl<T, R> Clone for Batcher<T, R> {
-    fn clone(&self) -> Self {
-        Self {
-            lanes: self.lanes.clone(),
-            lane_of: self.lane_of,
-            turn_away: self.turn_away,
-        }
-    }
-}
-
-impl<T: Clone + Send + Sync + 'static, R: Send + 'static> Batcher<T, R> {
-    /// `kind` names the writers in the metrics; `limit` calls wait in all.
-    fn start<W, F>(
-        kind: &'static str,
-        limit: usize,
-        turn_away: bool,
-        lanes: usize,
-        lane_of: fn(&T) -> i64,
-        write: W,
-    ) -> Self
-    where
-        W: Fn(Arc<[T]>) -> F + Clone + Send + Sync + 'static,
-        F: Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'static,
-    {
-        let lanes = lanes.max(1);
-        let lanes = (0..lanes)
-            .map(|_| {
-                let (queue, waiting) = mpsc::channel((limit / lanes).max(1));
-                tokio::spawn(write_batches(kind, waiting, write.clone()));
-                queue
-            })
-            .collect();
-        Self {
-            lanes,
-            lane_of,
-            turn_away,
-        }
-    }
-
-    async fn submit(&self, item: T) -> Result<R, LedgerError> {
-        let stopped = || LedgerError::Failed(Arc::new("the ledger writer has stopped".into()));
-        let lane = (self.lane_of)(&item).unsigned_abs() as usize % self.lanes.len();
-        let queue = &self.lanes[lane];
         let (reply, answer) = oneshot::channel();
-        if self.turn_away {
-            queue.try_send((item, reply)).map_err(|err| match err {
-                mpsc::error::TrySendError::Full(_) => LedgerError::Overloaded,
-                mpsc::error::TrySendError::Closed(_) => stopped(),
-            })?;
-        } else {
-            queue.send((item, reply)).await.map_err(|_| stopped())?;
-        }
+        self.record
+            .send((call, reply))
+            .await
+            .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
 
-/// A lane's writer: whatever is waiting when it is free, in one write; a
-/// failed batch again one call at a time, so a bad call fails alone (only
-/// then are calls copied).
-async fn write_batches<T, R, W, F>(
-    kind: &'static str,
-    mut waiting: mpsc::Receiver<(T, Reply<R>)>,
-    write: W,
-) where
-    T: Clone,
-    W: Fn(Arc<[T]>) -> F + Sync,
-    F: Future<Output = Result<Vec<R>, sqlx::Error>>,
-{
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+fn stopped() -> LedgerError {
+    LedgerError::Failed(Arc::new("the ledger writer has stopped".into()))
+}
+
+/// The writer: whatever of either kind is waiting when it is free, in one
+/// write.
+async fn write_all(
+    pool: PgPool,
+    mut reserves: mpsc::Receiver<(ReserveCall, Reply<Reserved>)>,
+    mut records: mpsc::Receiver<(CallRecord, Reply<()>)>,
+) {
+    let mut reserving = Vec::with_capacity(MAX_BATCH);
+    let mut recording = Vec::with_capacity(MAX_BATCH);
     loop {
-        let taken = waiting.recv_many(&mut batch, MAX_BATCH).await;
+        // Both queues close together, when the last Ledger is dropped.
+        let taken = tokio::select! {
+            taken = reserves.recv_many(&mut reserving, MAX_BATCH) => taken,
+            taken = records.recv_many(&mut recording, MAX_BATCH) => taken,
+        };
         if taken == 0 {
             break;
         }
-        let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.drain(..).unzip();
-        let items: Arc<[T]> = items.into();
-        let alone = items.len() == 1;
-        let started = Instant::now();
-        let span = tracing::info_span!("ledger_write", kind, calls = items.len());
-        match write_again_if_rolled_back(&write, items.clone())
-            .instrument(span)
-            .await
-        {
-            Ok(results) => {
-                crate::metrics::ledger_batch_written(kind, items.len(), started.elapsed());
-                answer(replies, results.into_iter().map(Ok))
-            }
-            Err(err) if alone => answer(replies, [Err(failed(err))]),
-            Err(err) => {
-                crate::metrics::ledger_failed("batch");
-                tracing::warn!(error = %err, calls = items.len(),
-                    "a ledger batch failed; writing its calls one by one");
-                for (item, reply) in items.iter().zip(replies) {
-                    let result = match write_again_if_rolled_back(&write, Arc::from([item.clone()]))
-                        .await
-                    {
+        take_waiting(&mut reserves, &mut reserving);
+        take_waiting(&mut records, &mut recording);
+        write(&pool, mem::take(&mut recording), mem::take(&mut reserving)).await;
+    }
+}
+
+/// Adds what `queue` holds now to `batch`, up to a full batch.
+fn take_waiting<T>(queue: &mut mpsc::Receiver<T>, batch: &mut Vec<T>) {
+    while batch.len() < MAX_BATCH {
+        match queue.try_recv() {
+            Ok(item) => batch.push(item),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Writes the waiting calls: both kinds in one transaction when both
+/// wait; when that fails, kind by kind.
+async fn write(
+    pool: &PgPool,
+    recording: Waiting<CallRecord, ()>,
+    reserving: Waiting<ReserveCall, Reserved>,
+) {
+    let record = |calls: Arc<[CallRecord]>| async move {
+        spend::record_many(pool, &calls).await?;
+        Ok(vec![(); calls.len()])
+    };
+    let reserve =
+        |calls: Arc<[ReserveCall]>| async move { spend::reserve_many(pool, &calls).await };
+    if reserving.is_empty() {
+        return write_batch("record", recording, record).await;
+    }
+    if recording.is_empty() {
+        return write_batch("reserve", reserving, reserve).await;
+    }
+    let (records, record_replies): (Vec<_>, Vec<_>) = recording.into_iter().unzip();
+    let (reserves, reserve_replies): (Vec<_>, Vec<_>) = reserving.into_iter().unzip();
+    let started = Instant::now();
+    let span = tracing::info_span!(
+        "ledger_write",
+        kind = "both",
+        calls = records.len() + reserves.len()
+    );
+    match again_if_rolled_back(records.len() + reserves.len(), || {
+        spend::record_and_reserve(pool, &records, &reserves)
+    })
+    .instrument(span)
+    .await
+    {
+        Ok(outcomes) => {
+            crate::metrics::ledger_batch_written("record", records.len(), started.elapsed());
+            crate::metrics::ledger_batch_written("reserve", reserves.len(), started.elapsed());
+            answer(record_replies, records.iter().map(|_| Ok(())));
+            answer(reserve_replies, outcomes.into_iter().map(Ok));
+        }
+        Err(err) => {
+            crate::metrics::ledger_failed("batch");
+            tracing::warn!(error = %err, records = records.len(), reserves = reserves.len(),
+                "a ledger batch failed; writing its settlements and reservations apart");
+            write_batch(
+                "record",
+                records.into_iter().zip(record_replies).collect(),
+                record,
+            )
+            .await;
+            write_batch(
+                "reserve",
+                reserves.into_iter().zip(reserve_replies).collect(),
+                reserve,
+            )
+            .await;
+        }
+    }
+}
+
+/// Writes one kind's calls in one statement; when that fails, again one
+/// call at a time, so a bad call fails alone (only then are calls copied).
+async fn write_batch<T, R, W, F>(kind: &'static str, batch: Waiting<T, R>, write: W)
+where
+    T: Clone,
+    W: Fn(Arc<[T]>) -> F,
+    F: Future<Output = Result<Vec<R>, sqlx::Error>>,
+{
+    let (items, replies): (Vec<T>, Vec<Reply<R>>) = batch.into_iter().unzip();
+    let items: Arc<[T]> = items.into();
+    let alone = items.len() == 1;
+    let started = Instant::now();
+    let span = tracing::info_span!("ledger_write", kind, calls = items.len());
+    match again_if_rolled_back(items.len(), || write(items.clone()))
+        .instrument(span)
+        .await
+    {
+        Ok(results) => {
+            crate::metrics::ledger_batch_written(kind, items.len(), started.elapsed());
+            answer(replies, results.into_iter().map(Ok))
+        }
+        Err(err) if alone => answer(replies, [Err(failed(err))]),
+        Err(err) => {
+            crate::metrics::ledger_failed("batch");
+            tracing::warn!(error = %err, calls = items.len(),
+                "a ledger batch failed; writing its calls one by one");
+            for (item, reply) in items.iter().zip(replies) {
+                let result =
+                    match again_if_rolled_back(1, || write(Arc::from([item.clone()]))).await {
                         Ok(mut results) => results.pop().ok_or_else(|| {
                             LedgerError::Failed(Arc::new("the ledger returned no outcome".into()))
                         }),
                         Err(err) => Err(failed(err)),
                     };
-                    answer(vec![reply], [result]);
-                }
+                answer(vec![reply], [result]);
             }
         }
     }
@@ -245,25 +251,22 @@ async fn write_batches<T, R, W, F>(
 /// not serialize, is tried in all.
 const ATTEMPTS: u32 = 5;
 
-/// Writes `items`, and again when PostgreSQL rolled the whole transaction
-/// back to break a deadlock with another writer (another instance's
-/// settlements, say, taking the audit chain and a key in the other order)
-/// or could not serialize it: nothing of it was kept, so writing it again
-/// writes it once. Any other error is the caller's.
-async fn write_again_if_rolled_back<T, R, W, F>(
-    write: &W,
-    items: Arc<[T]>,
-) -> Result<Vec<R>, sqlx::Error>
+/// Runs `write` (of `calls` calls), and again when PostgreSQL rolled the
+/// whole transaction back to break a deadlock with another writer (another
+/// instance's settlements, say) or could not serialize it: nothing of it
+/// was kept, so writing it again writes it once. Any other error is the
+/// caller's.
+async fn again_if_rolled_back<R, W, F>(calls: usize, write: W) -> Result<R, sqlx::Error>
 where
-    W: Fn(Arc<[T]>) -> F + Sync,
-    F: Future<Output = Result<Vec<R>, sqlx::Error>>,
+    W: Fn() -> F,
+    F: Future<Output = Result<R, sqlx::Error>>,
 {
     let mut attempt = 1;
     loop {
-        match write(items.clone()).await {
+        match write().await {
             Err(err) if rolled_back(&err) && attempt < ATTEMPTS => {
                 crate::metrics::ledger_failed("rolled_back");
-                tracing::warn!(error = %err, attempt, calls = items.len(),
+                tracing::warn!(error = %err, attempt, calls,
                     "a ledger write was rolled back by PostgreSQL; writing it again");
                 attempt += 1;
             }

@@ -1,7 +1,7 @@
-//! The proxy's grouped ledger writers: one call's bad row never costs the
-//! calls written beside it, a full reservation queue turns new calls away
-//! before anything is reserved, and a batch that waits does not hold up
-//! calls another writer can take.
+//! The proxy's grouped ledger writer: settlements and reservations waiting
+//! together commit together, one call's bad row never costs the calls
+//! written beside it, and a full reservation queue turns new calls away
+//! before anything is reserved.
 
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ async fn let_tasks_queue() {
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
-    let ledger = Ledger::start(pool.clone(), 64, 1);
+    let ledger = Ledger::start(pool.clone(), 64);
     // Hold the writer on its first call so the next ten wait as one batch.
     let mut lock = pool.begin().await.unwrap();
     sqlx::query("LOCK TABLE audit_log IN EXCLUSIVE MODE")
@@ -148,7 +148,7 @@ async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_full_reservation_queue_turns_new_calls_away_before_reserving(pool: PgPool) {
     let (_app, _stripe, _key, key_id) = proxy_with_key(pool.clone(), 1_000_000).await;
-    let ledger = Ledger::start(pool.clone(), 1, 1);
+    let ledger = Ledger::start(pool.clone(), 1);
     let (lock, writing) = reserve_behind_a_lock(&pool, &ledger, key_id).await;
     let queued = tokio::spawn({
         let ledger = ledger.clone();
@@ -172,34 +172,74 @@ async fn a_full_reservation_queue_turns_new_calls_away_before_reserving(pool: Pg
     assert_eq!(reserved, 200, "the turned-away call reserved nothing");
 }
 
-#[sqlx::test(migrator = "server::db::MIGRATOR")]
-async fn a_call_on_another_key_is_reserved_while_a_batch_waits_on_a_locked_key(pool: PgPool) {
-    let (app, _stripe, _key, held) = proxy_with_key(pool.clone(), 1_000_000).await;
-    let other = another_key(&app, 1_000_000).await;
-    // Two lanes: a key's calls go to lane id % 2.
-    assert_ne!(other % 2, held % 2, "the two keys share a lane");
-    let ledger = Ledger::start(pool.clone(), 64, 2);
-    let (lock, waiting) = reserve_behind_a_lock(&pool, &ledger, held).await;
-
-    // One lane's writer is stuck behind the lock; the other lane's takes
-    // this call. (The bound only turns a hang into a failure.)
-    let beside = tokio::time::timeout(
-        Duration::from_secs(30),
-        ledger.reserve(reserve_call(other, 2)),
-    )
-    .await
-    .expect("a free writer reserves a call on another key without waiting for the lock");
-    assert!(matches!(beside, Ok(Reserved::New { .. })), "{beside:?}");
-    let still_waiting: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM reservations WHERE vault_key_id = $1")
-            .bind(held)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(still_waiting, 0, "the held key's call is still waiting");
-
+/// Holds the writer on a reservation for `key` behind a lock, queues
+/// `records` and a second reservation for `key` behind it, and lets them
+/// go: they are written as one batch. The records' and the reservation's
+/// outcomes.
+async fn record_beside_a_reservation(
+    pool: &PgPool,
+    key: i64,
+    records: Vec<CallRecord>,
+) -> (Vec<Result<(), LedgerError>>, Result<Reserved, LedgerError>) {
+    let ledger = Ledger::start(pool.clone(), 64);
+    let (lock, first) = reserve_behind_a_lock(pool, &ledger, key).await;
+    let recorded: Vec<_> = records
+        .into_iter()
+        .map(|record| {
+            let ledger = ledger.clone();
+            tokio::spawn(async move { ledger.record(record).await })
+        })
+        .collect();
+    let reserved = tokio::spawn({
+        let ledger = ledger.clone();
+        async move { ledger.reserve(reserve_call(key, 2)).await }
+    });
+    let_tasks_queue().await;
     lock.commit().await.unwrap();
-    assert!(matches!(waiting.await.unwrap(), Ok(Reserved::New { .. })));
+    assert!(matches!(first.await.unwrap(), Ok(Reserved::New { .. })));
+    let mut outcomes = Vec::new();
+    for record in recorded {
+        outcomes.push(record.await.unwrap());
+    }
+    (outcomes, reserved.await.unwrap())
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn settlements_and_reservations_waiting_together_commit_in_one_transaction(pool: PgPool) {
+    let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_000_000).await;
+    let (recorded, reserved) =
+        record_beside_a_reservation(&pool, key, vec![refused_call("beside")]).await;
+    assert!(recorded.iter().all(Result::is_ok), "{recorded:?}");
+    assert!(matches!(reserved, Ok(Reserved::New { .. })), "{reserved:?}");
+
+    let (audited_in, reserved_in): (String, String) = sqlx::query_as(
+        "SELECT (SELECT xmin::text FROM audit_log WHERE message = 'beside'),
+                (SELECT xmin::text FROM reservations WHERE idempotency_key = 'k2')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(audited_in, reserved_in, "one transaction wrote both");
+}
+
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_bad_audit_row_costs_the_reservation_beside_it_nothing(pool: PgPool) {
+    let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_000_000).await;
+    // PostgreSQL's text holds no NUL: this row fails, alone.
+    let records = vec![refused_call("good"), refused_call("bad\0row")];
+    let (recorded, reserved) = record_beside_a_reservation(&pool, key, records).await;
+    assert!(recorded[0].is_ok(), "{:?}", recorded[0]);
+    assert!(recorded[1].is_err(), "the bad row fails");
+    assert!(matches!(reserved, Ok(Reserved::New { .. })), "{reserved:?}");
+    let (rows, reservations) = (
+        crate::helpers::count(&pool, "SELECT count(*) FROM audit_log").await,
+        crate::helpers::count(&pool, "SELECT count(*) FROM reservations").await,
+    );
+    assert_eq!(
+        (rows, reservations),
+        (1, 2),
+        "the good row and both reservations"
+    );
 }
 
 /// Another instance's transaction that takes the audit chain's head and
@@ -213,7 +253,7 @@ async fn a_write_rolled_back_to_break_a_deadlock_is_written_again(pool: PgPool) 
     use app::keys::spend::Settlement;
 
     let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_000_000).await;
-    let ledger = Ledger::start(pool.clone(), 64, 1);
+    let ledger = Ledger::start(pool.clone(), 64);
     let Ok(Reserved::New { reservation_id, .. }) = ledger.reserve(reserve_call(key, 1)).await
     else {
         panic!("reserved");
