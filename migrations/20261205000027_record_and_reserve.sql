@@ -1,16 +1,16 @@
--- One transaction for a lane's settlements and reservations (issue 20).
+-- One transaction for the settlements and reservations waiting (issue 20).
 --
 -- A ledger writer used to commit its settlements and its reservations in
 -- separate transactions, each paying a statement's and a commit's fixed
--- cost (most of a call's database time at a few calls in flight). A
--- writer now takes both kinds of waiting calls of its keys and writes them
--- here together: reservations first, then settlements and audit rows, so
+-- cost (most of a call's database time at a few calls in flight). The
+-- writer now takes both kinds of waiting calls and writes them here
+-- together: reservations first, then settlements and audit rows, so
 -- the audit chain's head, which one transaction holds at a time until it
 -- commits, is taken as late as possible.
 --
 -- Every key either half locks is locked first, in key order as every
 -- ledger writer locks them; the chain head comes after the keys, as in
--- record_calls alone. So no two writers (of this process or another)
+-- record_calls alone. So no two writers (of this instance and another)
 -- can each hold what the other waits for.
 
 CREATE FUNCTION record_and_reserve(p_records jsonb, p_reserves jsonb)
