@@ -120,12 +120,8 @@ CREATE OR REPLACE FUNCTION public.audit_row_hash(p_prev bytea, r audit_log)
  LANGUAGE plpgsql
  STABLE
 AS $function$
-BEGIN
-    RETURN (SELECT sha256(p_prev || string_agg(
-               CASE WHEN f.v IS NULL THEN '\xffffffff'::bytea
-                    ELSE int4send(length(convert_to(f.v, 'UTF8'))) || convert_to(f.v, 'UTF8') END,
-               ''::bytea ORDER BY f.n))
-    FROM unnest(ARRAY[
+DECLARE
+    fields text[] := ARRAY[
         r.id::text,
         to_char(r.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         r.request_id::text,
@@ -148,7 +144,15 @@ BEGIN
         r.message,
         to_char(r.chain_day, 'YYYY-MM-DD'),
         r.chain_seq::text
-    ]) WITH ORDINALITY AS f(v, n));
+    ];
+    field text;
+    encoded bytea := p_prev;
+BEGIN
+    FOREACH field IN ARRAY fields LOOP
+        encoded := encoded || CASE WHEN field IS NULL THEN '\xffffffff'::bytea
+                                   ELSE int4send(length(convert_to(field, 'UTF8'))) || convert_to(field, 'UTF8') END;
+    END LOOP;
+    RETURN sha256(encoded);
 END
 $function$;
 

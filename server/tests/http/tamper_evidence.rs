@@ -133,6 +133,36 @@ async fn rows_written_at_once_by_many_writers_form_one_unbroken_chain(owner: PgP
     assert_eq!(seqs, (401, 1, 401), "numbered without gaps or repeats");
 }
 
+/// The trigger hashes in SQL and `audit verify` in Rust: they must encode
+/// every field alike, an empty row's NULLs and a full row's non-ASCII text
+/// (whose length counts bytes, not characters) included.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn the_database_and_audit_verify_hash_nulls_and_non_ascii_alike(owner: PgPool) {
+    let app = app_pool(&owner, 1);
+    sqlx::query(
+        "INSERT INTO audit_log (request_id, method, path, decision)
+         VALUES (gen_random_uuid(), 'GET', '/v1/balance', 'refused_unknown_key')",
+    )
+    .execute(&app)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO audit_log (request_id, key_prefix, method, path, stripe_customer,
+             metadata_customer_id, metadata_billing_period, billing_period, amount_cents, currency,
+             idempotency_key, decision, upstream_status, stripe_object_id, error_code, message,
+             latency_ms)
+         VALUES (gen_random_uuid(), 'vk_live_ab', 'POST', '/v1/charges', 'cus_Müller',
+             'kunde-東京-7', '2026-12', '2026-12', 4200, 'eur', 'msg-ø-1', 'refused_cap', 402,
+             'ch_1', 'spend_cap_exceeded', 'Zahlung für Müller – über dem Limit', 12)",
+    )
+    .execute(&app)
+    .await
+    .unwrap();
+    let report = verify(&app, None, None).await.unwrap();
+    assert!(report.broken.is_none(), "{:?}", report.broken);
+    assert_eq!(report.rows, 2);
+}
+
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_row_changed_by_a_superuser_is_named(owner: PgPool) {
     let app = app_pool(&owner, 2);

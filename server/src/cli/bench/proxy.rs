@@ -48,6 +48,7 @@ pub async fn run(args: ProxyBenchArgs) -> anyhow::Result<()> {
         &[
             "shared_preload_libraries=pg_stat_statements",
             "pg_stat_statements.track=all",
+            "pg_stat_statements.track_planning=on",
         ]
     } else {
         &[]
@@ -444,9 +445,9 @@ async fn batches(client: &reqwest::Client, base: &str) -> anyhow::Result<Batches
 /// Where PostgreSQL's time went: the statements with the most total time,
 /// nested ones (inside the ledger's functions and triggers) included.
 async fn print_statements(pool: &sqlx::PgPool) -> anyhow::Result<()> {
-    let rows: Vec<(f64, i64, f64, String)> = sqlx::query_as(
-        "SELECT total_exec_time, calls, mean_exec_time,
-                left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
+    let rows: Vec<(f64, i64, f64, i64, f64, String)> = sqlx::query_as(
+        "SELECT total_exec_time, calls, mean_exec_time, plans, total_plan_time,
+                left(regexp_replace(query, '\\s+', ' ', 'g'), 100)
          FROM pg_stat_statements
          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
          ORDER BY total_exec_time DESC LIMIT 15",
@@ -454,9 +455,12 @@ async fn print_statements(pool: &sqlx::PgPool) -> anyhow::Result<()> {
     .fetch_all(pool)
     .await?;
     println!("\nstatements by total time (pg_stat_statements, nested included)");
-    println!("{:>10} {:>9} {:>9}  query", "total ms", "calls", "mean ms");
-    for (total, calls, mean, query) in rows {
-        println!("{total:>10.0} {calls:>9} {mean:>9.3}  {query}");
+    println!(
+        "{:>10} {:>9} {:>9} {:>9} {:>9}  query",
+        "total ms", "calls", "mean ms", "plans", "plan ms"
+    );
+    for (total, calls, mean, plans, plan_ms, query) in rows {
+        println!("{total:>10.0} {calls:>9} {mean:>9.3} {plans:>9} {plan_ms:>9.0}  {query}");
     }
     Ok(())
 }
