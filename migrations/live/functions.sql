@@ -146,11 +146,16 @@ DECLARE
         r.chain_seq::text
     ];
     field text;
+    utf8 bytea;
     encoded bytea := p_prev;
 BEGIN
     FOREACH field IN ARRAY fields LOOP
-        encoded := encoded || CASE WHEN field IS NULL THEN '\xffffffff'::bytea
-                                   ELSE int4send(length(convert_to(field, 'UTF8'))) || convert_to(field, 'UTF8') END;
+        IF field IS NULL THEN
+            encoded := encoded || '\xffffffff'::bytea;
+        ELSE
+            utf8 := convert_to(field, 'UTF8');
+            encoded := encoded || int4send(length(utf8)) || utf8;
+        END IF;
     END LOOP;
     RETURN sha256(encoded);
 END
