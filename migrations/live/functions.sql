@@ -794,7 +794,6 @@ $function$;
 CREATE OR REPLACE FUNCTION public.settle_calls(p_calls jsonb)
  RETURNS void
  LANGUAGE plpgsql
- SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 BEGIN
     PERFORM 1 FROM vault_keys k
