@@ -387,12 +387,12 @@ BEGIN
     ORDER BY k.id
     FOR NO KEY UPDATE;
 
-    RETURN QUERY SELECT * FROM reserve_spend_many(p_reserves);
-    PERFORM record_calls(p_records);
+    RETURN QUERY SELECT * FROM reserve_spend_many(p_reserves, p_keys_locked => true);
+    PERFORM record_calls(p_records, p_keys_locked => true);
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION public.record_calls(p_calls jsonb)
+CREATE OR REPLACE FUNCTION public.record_calls(p_calls jsonb, p_keys_locked boolean DEFAULT false)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
@@ -416,10 +416,10 @@ BEGIN
             IF c.release IS NOT NULL THEN
                 PERFORM release_intent(c.vault_key_id, c.release->>'intent', (c.release->>'keep_cents')::bigint);
             END IF;
-            PERFORM settle_calls(jsonb_build_array(p_calls->(c.n::int - 1)));
+            PERFORM settle_calls(jsonb_build_array(p_calls->(c.n::int - 1)), p_keys_locked);
         END LOOP;
     ELSIF jsonb_path_exists(p_calls, '$[*].reservation_id ? (@.type() != "null")') THEN
-        PERFORM settle_calls(p_calls);
+        PERFORM settle_calls(p_calls, p_keys_locked);
     END IF;
 
     -- A second charge for a customer and period, flagged by the proxy.
@@ -688,82 +688,88 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION public.reserve_spend_many(p_calls jsonb)
+CREATE OR REPLACE FUNCTION public.reserve_spend_many(p_calls jsonb, p_keys_locked boolean DEFAULT false)
  RETURNS TABLE(call_position bigint, outcome text, reservation_id bigint, cap bigint, spent bigint, reserved bigint, earlier_charge text, earlier_state text)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
     c record;
 BEGIN
-    -- The batch's keys, locked in key order as every ledger writer locks
-    -- them (the lock an UPDATE of the counters takes).
-    PERFORM 1 FROM vault_keys k
-    WHERE k.id IN (SELECT x.key FROM reserve_calls(p_calls) x)
-    ORDER BY k.id
-    FOR NO KEY UPDATE;
+    IF NOT p_keys_locked THEN
+        -- The batch's keys, locked in key order as every ledger writer
+        -- locks them (the lock an UPDATE of the counters takes).
+        PERFORM 1 FROM vault_keys k
+        WHERE k.id IN (SELECT x.key FROM reserve_calls(p_calls) x)
+        ORDER BY k.id
+        FOR NO KEY UPDATE;
+    END IF;
 
-    IF NOT EXISTS (
-        WITH calls AS MATERIALIZED (SELECT * FROM reserve_calls(p_calls))
-        SELECT 1
-        FROM (SELECT x.key, sum(x.amount)::bigint AS total FROM calls x GROUP BY x.key) t
-        LEFT JOIN vault_keys k ON k.id = t.key
-        WHERE k.id IS NULL OR k.revoked_at IS NOT NULL OR k.expires_at <= now()
-           OR k.spent_cents + k.reserved_cents + t.total > k.cap_cents
-        UNION ALL
-        SELECT 1 FROM calls x
-        JOIN reservations r ON r.vault_key_id = x.key AND r.idempotency_key = x.idempotency_key
-                           AND NOT r.superseded
-        UNION ALL
-        SELECT 1 FROM calls x WHERE x.idempotency_key IS NOT NULL
-        GROUP BY x.key, x.idempotency_key HAVING count(*) > 1
-        UNION ALL
-        SELECT 1 FROM calls x
-        JOIN vault_keys k ON k.id = x.key AND k.duplicate_policy <> 'off'
-        JOIN reservations r ON r.billing_period = x.billing_period
-                           AND r.metadata_customer_id = x.metadata_customer_id
-                           AND r.state IN ('pending', 'settled', 'outcome_unknown')
-        UNION ALL
-        SELECT 1 FROM calls x WHERE x.metadata_customer_id IS NOT NULL
-        GROUP BY x.billing_period, x.metadata_customer_id HAVING count(*) > 1
-    ) THEN
-        RETURN QUERY
-        WITH calls AS MATERIALIZED (SELECT * FROM reserve_calls(p_calls)
-        ), counted AS (
-            UPDATE vault_keys k SET reserved_cents = k.reserved_cents + t.total
+    -- The short way, for a batch of plain calls (see migration 25).
+    RETURN QUERY
+    WITH calls AS MATERIALIZED (SELECT * FROM reserve_calls(p_calls)
+    ), plain AS MATERIALIZED (
+        SELECT NOT EXISTS (
+            SELECT 1
             FROM (SELECT x.key, sum(x.amount)::bigint AS total FROM calls x GROUP BY x.key) t
-            WHERE k.id = t.key
-            RETURNING k.id, k.spent_cents + k.reserved_cents - t.total AS committed_before, k.cap_cents,
-                      k.alert_thresholds_pct
-        ), made AS (
-            INSERT INTO reservations (vault_key_id, request_id, idempotency_key, fingerprint, amount_cents,
-                                      method, path, stripe_customer, metadata_customer_id, billing_period,
-                                      currency, payment_intent, request_body, stripe_version, claimed_until)
-            SELECT x.key, x.request, x.idempotency_key, x.fingerprint, x.amount, x.method,
-                   x.path, x.stripe_customer, x.metadata_customer_id, x.billing_period, x.currency,
-                   x.payment_intent, x.request_body, x.stripe_version,
-                   now() + make_interval(secs => x.lease_secs)
-            FROM calls x
-            ORDER BY x.key, x.n
-            RETURNING id, request_id
-        ), used AS (
-            -- What each call leaves committed on its key, in the batch's order.
-            SELECT x.key, x.amount, k.cap_cents, k.alert_thresholds_pct,
-                   k.committed_before + sum(x.amount) OVER (PARTITION BY x.key ORDER BY x.n)::bigint AS committed
-            FROM calls x JOIN counted k ON k.id = x.key
-        ), alerted AS (
-            INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents)
-            SELECT u.key, 'threshold', t, u.committed, u.cap_cents
-            FROM used u, unnest(u.alert_thresholds_pct) AS t
-            WHERE (u.committed - u.amount) * 100 < t::bigint * u.cap_cents
-              AND u.committed * 100 >= t::bigint * u.cap_cents
-            ON CONFLICT ON CONSTRAINT alerts_once DO NOTHING
-        )
-        SELECT x.n, 'reserved'::text, m.id, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text
-        FROM calls x JOIN made m ON m.request_id = x.request
-        ORDER BY x.n;
+            LEFT JOIN vault_keys k ON k.id = t.key
+            WHERE k.id IS NULL OR k.revoked_at IS NOT NULL OR k.expires_at <= now()
+               OR k.spent_cents + k.reserved_cents + t.total > k.cap_cents
+            UNION ALL
+            SELECT 1 FROM calls x
+            JOIN reservations r ON r.vault_key_id = x.key AND r.idempotency_key = x.idempotency_key
+                               AND NOT r.superseded
+            UNION ALL
+            SELECT 1 FROM calls x WHERE x.idempotency_key IS NOT NULL
+            GROUP BY x.key, x.idempotency_key HAVING count(*) > 1
+            UNION ALL
+            SELECT 1 FROM calls x
+            JOIN vault_keys k ON k.id = x.key AND k.duplicate_policy <> 'off'
+            JOIN reservations r ON r.billing_period = x.billing_period
+                               AND r.metadata_customer_id = x.metadata_customer_id
+                               AND r.state IN ('pending', 'settled', 'outcome_unknown')
+            UNION ALL
+            SELECT 1 FROM calls x WHERE x.metadata_customer_id IS NOT NULL
+            GROUP BY x.billing_period, x.metadata_customer_id HAVING count(*) > 1
+        ) AS yes
+    ), counted AS (
+        UPDATE vault_keys k SET reserved_cents = k.reserved_cents + t.total
+        FROM (SELECT x.key, sum(x.amount)::bigint AS total FROM calls x GROUP BY x.key) t
+        WHERE k.id = t.key AND (SELECT p.yes FROM plain p)
+        RETURNING k.id, k.spent_cents + k.reserved_cents - t.total AS committed_before, k.cap_cents,
+                  k.alert_thresholds_pct
+    ), made AS (
+        INSERT INTO reservations (vault_key_id, request_id, idempotency_key, fingerprint, amount_cents,
+                                  method, path, stripe_customer, metadata_customer_id, billing_period,
+                                  currency, payment_intent, request_body, stripe_version, claimed_until)
+        SELECT x.key, x.request, x.idempotency_key, x.fingerprint, x.amount, x.method,
+               x.path, x.stripe_customer, x.metadata_customer_id, x.billing_period, x.currency,
+               x.payment_intent, x.request_body, x.stripe_version,
+               now() + make_interval(secs => x.lease_secs)
+        FROM calls x
+        WHERE (SELECT p.yes FROM plain p)
+        ORDER BY x.key, x.n
+        RETURNING id, request_id
+    ), used AS (
+        -- What each call leaves committed on its key, in the batch's order.
+        SELECT x.key, x.amount, k.cap_cents, k.alert_thresholds_pct,
+               k.committed_before + sum(x.amount) OVER (PARTITION BY x.key ORDER BY x.n)::bigint AS committed
+        FROM calls x JOIN counted k ON k.id = x.key
+    ), alerted AS (
+        INSERT INTO alerts (vault_key_id, kind, threshold_pct, committed_cents, cap_cents)
+        SELECT u.key, 'threshold', t, u.committed, u.cap_cents
+        FROM used u, unnest(u.alert_thresholds_pct) AS t
+        WHERE (u.committed - u.amount) * 100 < t::bigint * u.cap_cents
+          AND u.committed * 100 >= t::bigint * u.cap_cents
+        ON CONFLICT ON CONSTRAINT alerts_once DO NOTHING
+    )
+    SELECT x.n, 'reserved'::text, m.id, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text
+    FROM calls x JOIN made m ON m.request_id = x.request
+    ORDER BY x.n;
+    IF FOUND THEN
         RETURN;
     END IF;
 
+    -- Not plain (or no calls): one call at a time, in key order.
     FOR c IN
         SELECT * FROM reserve_calls(p_calls) x
         ORDER BY x.key, x.n
@@ -791,19 +797,21 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION public.settle_calls(p_calls jsonb)
+CREATE OR REPLACE FUNCTION public.settle_calls(p_calls jsonb, p_keys_locked boolean DEFAULT false)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    PERFORM 1 FROM vault_keys k
-    WHERE k.id IN (SELECT x.vault_key_id
-                   FROM recorded_calls(p_calls) x
-                   WHERE x.reservation_id IS NOT NULL)
-    ORDER BY k.id
-    -- The lock an UPDATE of the counters takes: inserts that reference the
-    -- key (an audit row, a reservation) are not held up by it.
-    FOR NO KEY UPDATE;
+    IF NOT p_keys_locked THEN
+        PERFORM 1 FROM vault_keys k
+        WHERE k.id IN (SELECT x.vault_key_id
+                       FROM recorded_calls(p_calls) x
+                       WHERE x.reservation_id IS NOT NULL)
+        ORDER BY k.id
+        -- The lock an UPDATE of the counters takes: inserts that reference
+        -- the key (an audit row, a reservation) are not held up by it.
+        FOR NO KEY UPDATE;
+    END IF;
 
     WITH claims AS (
         -- A charge id binds one reservation. Two keys on one account can

@@ -388,6 +388,88 @@ async fn a_batch_reserved_at_once_meters_as_calls_one_by_one(pool: PgPool) {
     assert_eq!(crossed, 1, "90 % crossed once, by the call that took 1,200");
 }
 
+/// Written with settlements (record_and_reserve, which locks every key of
+/// the batch once for both halves), reservations take the same short and
+/// long ways as alone: a plain batch at once, a batch with one call over
+/// the cap or in flight call by call, and the settlement beside them moves
+/// its amount from reserved to spent either way.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn reservations_written_with_settlements_meter_as_alone(pool: PgPool) {
+    use app::keys::spend::{record_and_reserve, Settlement};
+
+    let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_250).await;
+    let counters = || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1",
+        )
+        .bind(key)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let settled = |reservation_id: i64| CallRecord {
+        entry: AuditEntry {
+            vault_key_id: Some(app::domain::VaultKeyId(key)),
+            decision: Decision::Allowed,
+            upstream_status: Some(200),
+            stripe_object_id: Some(format!("ch_{reservation_id}")),
+            latency_ms: 1,
+            ..AuditEntry::received("POST", "/v1/charges")
+        },
+        reservation_id: Some(reservation_id),
+        settlement: Some(Settlement::Spent),
+        duplicate_of: None,
+        release: None,
+    };
+    let new_id = |outcome: &Reserved| match outcome {
+        Reserved::New { reservation_id, .. } => *reservation_id,
+        other => panic!("{other:?}"),
+    };
+
+    // Ten plain calls of 100, nothing to settle yet: the short way.
+    let plain: Vec<ReserveCall> = (0..10).map(|n| reserve_call(key, n)).collect();
+    let outcomes = record_and_reserve(&pool, &[], &plain).await.unwrap();
+    let ids: Vec<i64> = outcomes.iter().map(new_id).collect();
+    assert_eq!(counters().await, (0, 1_000));
+
+    // The first settles; beside it three more calls and the twin of the
+    // fourth. 250 cents are left: the first two fit, the third is over the
+    // cap, the twin is in flight.
+    let mut mixed: Vec<ReserveCall> = (10..13).map(|n| reserve_call(key, n)).collect();
+    mixed.push(reserve_call(key, 3));
+    let outcomes = record_and_reserve(&pool, &[settled(ids[0])], &mixed)
+        .await
+        .unwrap();
+    new_id(&outcomes[0]);
+    new_id(&outcomes[1]);
+    assert!(
+        matches!(outcomes[2], Reserved::OverCap { .. }),
+        "{:?}",
+        outcomes[2]
+    );
+    assert_eq!(outcomes[3], Reserved::InFlight);
+    assert_eq!(counters().await, (100, 1_100));
+
+    // Two more settle beside a plain call of the 50 cents left.
+    let last = ReserveCall {
+        amount: app::domain::Cents(50),
+        ..reserve_call(key, 20)
+    };
+    let outcomes = record_and_reserve(&pool, &[settled(ids[1]), settled(ids[2])], &[last])
+        .await
+        .unwrap();
+    new_id(&outcomes[0]);
+    assert_eq!(counters().await, (300, 950));
+    let audited = crate::helpers::count(
+        &pool,
+        &format!(
+            "SELECT count(*) FROM audit_log WHERE vault_key_id = {key} AND decision = 'allowed'"
+        ),
+    )
+    .await;
+    assert_eq!(audited, 3, "one audit row per settled call");
+}
+
 /// Stripe answers the same Idempotency-Key and parameters with the same
 /// charge, so two keys on one account can both be told `ch_same`. Settled
 /// in one batch, the charge is bound to the first reservation in key order
