@@ -388,6 +388,62 @@ async fn a_batch_reserved_at_once_meters_as_calls_one_by_one(pool: PgPool) {
     assert_eq!(crossed, 1, "90 % crossed once, by the call that took 1,200");
 }
 
+/// A batch over several keys with calls that are not plain is answered as
+/// its calls one by one in key order: a twin in flight on one key, a
+/// customer and period named on two keys guarded against duplicates (the
+/// later key's call is the duplicate), plain calls beside them.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_mixed_batch_over_several_keys_meters_as_calls_one_by_one(pool: PgPool) {
+    use app::keys::spend::reserve_many;
+
+    let (app, _stripe, _key, first) = proxy_with_key(pool.clone(), 1_250).await;
+    let second = another_key(&app, 1_000).await;
+    let third = another_key(&app, 1_000).await;
+    let fourth = another_key(&app, 1_000).await;
+    sqlx::query("UPDATE vault_keys SET duplicate_policy = 'block' WHERE id = ANY ($1)")
+        .bind([third, fourth])
+        .execute(&pool)
+        .await
+        .unwrap();
+    let for_customer = |key: i64, n: usize| ReserveCall {
+        metadata_customer_id: Some("cust_shared".into()),
+        ..reserve_call(key, n)
+    };
+    let batch = [
+        reserve_call(first, 0),
+        reserve_call(first, 0),
+        reserve_call(second, 1),
+        for_customer(fourth, 2),
+        reserve_call(second, 3),
+        for_customer(third, 4),
+        reserve_call(first, 5),
+    ];
+    let outcomes = reserve_many(&pool, &batch).await.unwrap();
+    let new = |outcome: &Reserved| matches!(outcome, Reserved::New { .. });
+    assert!(new(&outcomes[0]), "{:?}", outcomes[0]);
+    assert_eq!(outcomes[1], Reserved::InFlight, "the twin of the first");
+    assert!(new(&outcomes[2]) && new(&outcomes[4]) && new(&outcomes[6]));
+    // In key order the third key's call comes first: the fourth's is the
+    // customer's second charge in the period.
+    assert!(new(&outcomes[5]), "{:?}", outcomes[5]);
+    assert!(
+        matches!(&outcomes[3], Reserved::Duplicate { earlier_charge: None, earlier_state }
+                 if earlier_state == "pending"),
+        "{:?}",
+        outcomes[3]
+    );
+    let reserved: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT id, reserved_cents FROM vault_keys WHERE id = ANY ($1) ORDER BY id")
+            .bind([first, second, third, fourth])
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        reserved,
+        [(first, 200), (second, 200), (third, 100), (fourth, 0)]
+    );
+}
+
 /// Written with settlements (record_and_reserve, which locks every key of
 /// the batch once for both halves), reservations take the same short and
 /// long ways as alone: a plain batch at once, a batch with one call over
