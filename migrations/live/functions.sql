@@ -704,9 +704,15 @@ BEGIN
         FOR NO KEY UPDATE;
     END IF;
 
-    -- The short way, for a batch of plain calls (see migration 25).
+    -- The short way, when every leader is plain (see migration 25).
     RETURN QUERY
-    WITH calls AS MATERIALIZED (SELECT * FROM reserve_calls(p_calls)
+    WITH every AS MATERIALIZED (
+        SELECT x.*,
+               CASE WHEN x.idempotency_key IS NULL THEN x.n
+                    ELSE first_value(x.n) OVER (PARTITION BY x.key, x.idempotency_key ORDER BY x.n) END AS leader
+        FROM reserve_calls(p_calls) x
+    ), calls AS MATERIALIZED (
+        SELECT * FROM every e WHERE e.n = e.leader
     ), plain AS MATERIALIZED (
         SELECT NOT EXISTS (
             SELECT 1
@@ -718,9 +724,6 @@ BEGIN
             SELECT 1 FROM calls x
             JOIN reservations r ON r.vault_key_id = x.key AND r.idempotency_key = x.idempotency_key
                                AND NOT r.superseded
-            UNION ALL
-            SELECT 1 FROM calls x WHERE x.idempotency_key IS NOT NULL
-            GROUP BY x.key, x.idempotency_key HAVING count(*) > 1
             UNION ALL
             SELECT 1 FROM calls x
             JOIN vault_keys k ON k.id = x.key AND k.duplicate_policy <> 'off'
@@ -762,9 +765,18 @@ BEGIN
           AND u.committed * 100 >= t::bigint * u.cap_cents
         ON CONFLICT ON CONSTRAINT alerts_once DO NOTHING
     )
-    SELECT x.n, 'reserved'::text, m.id, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text
-    FROM calls x JOIN made m ON m.request_id = x.request
-    ORDER BY x.n;
+    -- A follower is answered as reserve_spend answers a call whose
+    -- Idempotency-Key holds a pending reservation of the same key.
+    SELECT e.n,
+           CASE WHEN e.n = x.n THEN 'reserved'
+                WHEN NOT (e.fingerprint = x.fingerprint) THEN 'idempotency_mismatch'
+                ELSE 'in_flight' END,
+           m.id, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text,
+           CASE WHEN e.n = x.n THEN NULL ELSE 'pending' END
+    FROM every e
+    JOIN calls x ON x.n = e.leader
+    JOIN made m ON m.request_id = x.request
+    ORDER BY e.n;
     IF FOUND THEN
         RETURN;
     END IF;

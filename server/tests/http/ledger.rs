@@ -388,6 +388,62 @@ async fn a_batch_reserved_at_once_meters_as_calls_one_by_one(pool: PgPool) {
     assert_eq!(crossed, 1, "90 % crossed once, by the call that took 1,200");
 }
 
+/// Twins in one batch (one key, one Idempotency-Key, sent twice at once)
+/// are answered as one by one: the first is reserved, the later one is in
+/// flight, or a mismatch when its parameters differ; only the first counts.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn twins_in_one_batch_are_answered_as_one_by_one(pool: PgPool) {
+    use app::keys::spend::reserve_many;
+
+    let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_250).await;
+    let other_parameters = ReserveCall {
+        fingerprint: hex_of(99),
+        ..reserve_call(key, 1)
+    };
+    let batch = [
+        reserve_call(key, 0),
+        reserve_call(key, 0),
+        reserve_call(key, 1),
+        other_parameters,
+        reserve_call(key, 2),
+        reserve_call(key, 0),
+    ];
+    let outcomes = reserve_many(&pool, &batch).await.unwrap();
+    let first = |outcome: &Reserved| match outcome {
+        Reserved::New { reservation_id, .. } => *reservation_id,
+        other => panic!("{other:?}"),
+    };
+    let ids = [
+        first(&outcomes[0]),
+        first(&outcomes[2]),
+        first(&outcomes[4]),
+    ];
+    assert_eq!(outcomes[1], Reserved::InFlight);
+    assert_eq!(outcomes[3], Reserved::IdempotencyMismatch);
+    assert_eq!(outcomes[5], Reserved::InFlight);
+    let held: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT id, idempotency_key FROM reservations WHERE vault_key_id = $1 ORDER BY id",
+    )
+    .bind(key)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        held,
+        [
+            (ids[0], "k0".into()),
+            (ids[1], "k1".into()),
+            (ids[2], "k2".into())
+        ]
+    );
+    let reserved: i64 = sqlx::query_scalar("SELECT reserved_cents FROM vault_keys WHERE id = $1")
+        .bind(key)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(reserved, 300, "the twins reserve nothing");
+}
+
 /// A batch over several keys with calls that are not plain is answered as
 /// its calls one by one in key order: a twin in flight on one key, a
 /// customer and period named on two keys guarded against duplicates (the
