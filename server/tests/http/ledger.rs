@@ -56,6 +56,15 @@ fn reserve_call(key: i64, n: usize) -> ReserveCall {
     }
 }
 
+/// A key's spent and reserved cents.
+async fn counters(pool: &PgPool, key: i64) -> (i64, i64) {
+    sqlx::query_as("SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 fn hex_of(n: usize) -> String {
     format!("{n:064x}")
 }
@@ -328,15 +337,6 @@ async fn a_batch_reserved_at_once_meters_as_calls_one_by_one(pool: PgPool) {
             .map(|outcome| matches!(outcome, Reserved::New { .. }))
             .collect::<Vec<_>>()
     };
-    let counters = || async {
-        sqlx::query_as::<_, (i64, i64)>(
-            "SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1",
-        )
-        .bind(key)
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    };
 
     // Ten plain calls of 100: the short way.
     let plain: Vec<ReserveCall> = (0..10).map(|n| reserve_call(key, n)).collect();
@@ -350,7 +350,7 @@ async fn a_batch_reserved_at_once_meters_as_calls_one_by_one(pool: PgPool) {
         })
         .collect();
     assert_eq!(ids.len(), 10, "a reservation of its own for each call");
-    assert_eq!(counters().await, (0, 1_000));
+    assert_eq!(counters(&pool, key).await, (0, 1_000));
     let alerts: Vec<(i16, i64)> = sqlx::query_as(
         "SELECT threshold_pct, committed_cents FROM alerts
          WHERE vault_key_id = $1 AND kind = 'threshold' ORDER BY threshold_pct",
@@ -376,7 +376,7 @@ async fn a_batch_reserved_at_once_meters_as_calls_one_by_one(pool: PgPool) {
         outcomes[2]
     );
     assert_eq!(outcomes[3], Reserved::InFlight);
-    assert_eq!(counters().await, (0, 1_200));
+    assert_eq!(counters(&pool, key).await, (0, 1_200));
     let crossed = crate::helpers::count(
         &pool,
         &format!(
@@ -436,12 +436,11 @@ async fn twins_in_one_batch_are_answered_as_one_by_one(pool: PgPool) {
             (ids[2], "k2".into())
         ]
     );
-    let reserved: i64 = sqlx::query_scalar("SELECT reserved_cents FROM vault_keys WHERE id = $1")
-        .bind(key)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(reserved, 300, "the twins reserve nothing");
+    assert_eq!(
+        counters(&pool, key).await,
+        (0, 300),
+        "the twins reserve nothing"
+    );
 }
 
 /// A batch over several keys with calls that are not plain is answered as
@@ -510,15 +509,6 @@ async fn reservations_written_with_settlements_meter_as_alone(pool: PgPool) {
     use app::keys::spend::{record_and_reserve, Settlement};
 
     let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_250).await;
-    let counters = || async {
-        sqlx::query_as::<_, (i64, i64)>(
-            "SELECT spent_cents, reserved_cents FROM vault_keys WHERE id = $1",
-        )
-        .bind(key)
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    };
     let settled = |reservation_id: i64| CallRecord {
         entry: AuditEntry {
             vault_key_id: Some(app::domain::VaultKeyId(key)),
@@ -542,7 +532,7 @@ async fn reservations_written_with_settlements_meter_as_alone(pool: PgPool) {
     let plain: Vec<ReserveCall> = (0..10).map(|n| reserve_call(key, n)).collect();
     let outcomes = record_and_reserve(&pool, &[], &plain).await.unwrap();
     let ids: Vec<i64> = outcomes.iter().map(new_id).collect();
-    assert_eq!(counters().await, (0, 1_000));
+    assert_eq!(counters(&pool, key).await, (0, 1_000));
 
     // The first settles; beside it three more calls and the twin of the
     // fourth. 250 cents are left: the first two fit, the third is over the
@@ -560,7 +550,7 @@ async fn reservations_written_with_settlements_meter_as_alone(pool: PgPool) {
         outcomes[2]
     );
     assert_eq!(outcomes[3], Reserved::InFlight);
-    assert_eq!(counters().await, (100, 1_100));
+    assert_eq!(counters(&pool, key).await, (100, 1_100));
 
     // Two more settle beside a plain call of the 50 cents left.
     let last = ReserveCall {
@@ -571,7 +561,7 @@ async fn reservations_written_with_settlements_meter_as_alone(pool: PgPool) {
         .await
         .unwrap();
     new_id(&outcomes[0]);
-    assert_eq!(counters().await, (300, 950));
+    assert_eq!(counters(&pool, key).await, (300, 950));
     let audited = crate::helpers::count(
         &pool,
         &format!(
