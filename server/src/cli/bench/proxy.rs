@@ -128,7 +128,8 @@ impl Load {
     }
 }
 
-/// What wrk measured, and the CPU the proxy and PostgreSQL spent meanwhile.
+/// What wrk measured, and the CPU it, the proxy and PostgreSQL spent
+/// meanwhile.
 pub(super) struct Measured {
     calls: u64,
     seconds: f64,
@@ -141,6 +142,8 @@ pub(super) struct Measured {
     pub(super) socket_errors: u64,
     pub(super) proxy_cpu: Duration,
     pub(super) postgres_cpu: Duration,
+    /// wrk's own CPU time: the client shares the machine's cores too.
+    pub(super) client_cpu: Duration,
     /// What the proxy's ledger writers did meanwhile (proxied loads only).
     batches: Option<Batches>,
 }
@@ -152,6 +155,16 @@ impl Measured {
 
     pub(super) fn per_call_ms(&self, cpu: Duration) -> f64 {
         cpu.as_secs_f64() * 1000.0 / self.calls.max(1) as f64
+    }
+
+    /// The most calls/s this machine's cores could carry at the CPU per
+    /// call measured here (wrk's, the proxy's and PostgreSQL's), were
+    /// every core busy with nothing else: a rate target above it needs less
+    /// CPU per call, not more overlap.
+    fn cpu_ceiling(&self) -> f64 {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let per_call = self.per_call_ms(self.client_cpu + self.proxy_cpu + self.postgres_cpu);
+        cores as f64 * 1000.0 / per_call.max(0.001)
     }
 }
 
@@ -196,8 +209,16 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     sqlx::query("VACUUM ANALYZE").execute(&db.pool).await?;
 
     println!(
-        "\n{:<18} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}  answers",
-        "load", "in flight", "calls/s", "p50 ms", "p99 ms", "proxy CPU", "PG CPU"
+        "\n{:<18} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>11}  answers",
+        "load",
+        "in flight",
+        "calls/s",
+        "p50 ms",
+        "p99 ms",
+        "wrk CPU",
+        "proxy CPU",
+        "PG CPU",
+        "CPU allows"
     );
     let mut results = Vec::new();
     // Over every run, not only the ones that stand for their load.
@@ -210,7 +231,11 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         };
         let mut runs = Vec::with_capacity(args.repeat);
         for _ in 0..args.repeat.max(1) {
-            let cpu_before = (process_cpu(proxy_pid)?, cluster_cpu(postmaster)?);
+            let cpu_before = (
+                process_cpu(proxy_pid)?,
+                cluster_cpu(postmaster)?,
+                children_cpu()?,
+            );
             let batches_before = batches(&client, &proxy.base).await?;
             let mut run = wrk(
                 &script,
@@ -223,6 +248,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
             )?;
             run.proxy_cpu = process_cpu(proxy_pid)?.saturating_sub(cpu_before.0);
             run.postgres_cpu = cluster_cpu(postmaster)?.saturating_sub(cpu_before.1);
+            run.client_cpu = children_cpu()?.saturating_sub(cpu_before.2);
             if load.target == Target::Proxy {
                 run.batches = Some(batches(&client, &proxy.base).await?.since(&batches_before));
             }
@@ -239,13 +265,19 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
                 "-".into()
             }
         };
+        let ceiling = if load.target == Target::Proxy {
+            format!("{:.0}/s", measured.cpu_ceiling())
+        } else {
+            "-".into()
+        };
         println!(
-            "{:<18} {:>9} {:>9.0} {:>9.2} {:>9.2} {:>10} {:>10}  {} ok, {} 409, {} other{}",
+            "{:<18} {:>9} {:>9.0} {:>9.2} {:>9.2} {:>10} {:>10} {:>10} {ceiling:>11}  {} ok, {} 409, {} other{}",
             load.name,
             load.in_flight,
             measured.rate(),
             measured.p50_ms,
             measured.p99_ms,
+            cpu(measured.client_cpu),
             cpu(measured.proxy_cpu),
             cpu(measured.postgres_cpu),
             measured.ok,
@@ -342,11 +374,15 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         ("1 hot key", 64, 0.75),
     ] {
         let bound = tps(in_flight).context("pgbench at this concurrency")?.tps;
-        let rate = find(name, in_flight)?.rate();
+        let measured = find(name, in_flight)?;
+        let rate = measured.rate();
         check(
             format!(
-                "{name}, {in_flight} in flight: {rate:.0} calls/s = {:.2} x pgbench (>= {factor})",
-                rate / bound
+                "{name}, {in_flight} in flight: {rate:.0} calls/s = {:.2} x pgbench (>= {factor}); \
+                 the target, {:.0}/s, is {:.2} x what the CPU per call allows",
+                rate / bound,
+                factor * bound,
+                factor * bound / measured.cpu_ceiling()
             ),
             rate >= factor * bound,
         );
@@ -534,6 +570,7 @@ pub(super) fn wrk(
         socket_errors: field("socket_errors")?,
         proxy_cpu: Duration::ZERO,
         postgres_cpu: Duration::ZERO,
+        client_cpu: Duration::ZERO,
         batches: None,
     })
 }
@@ -571,6 +608,14 @@ fn ticks(ticks: u64) -> Duration {
 pub(super) fn process_cpu(pid: u32) -> anyhow::Result<Duration> {
     let (_, own, _) = proc_stat(pid).context("reading the proxy's CPU time")?;
     Ok(ticks(own))
+}
+
+/// CPU time this process's children have used once they ended: wrk's,
+/// read around its run (the proxy and PostgreSQL are still running).
+fn children_cpu() -> anyhow::Result<Duration> {
+    let (_, _, children) =
+        proc_stat(std::process::id()).context("reading the children's CPU time")?;
+    Ok(ticks(children))
 }
 
 /// CPU time of the whole cluster: the postmaster, its live children (the
