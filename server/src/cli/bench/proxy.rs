@@ -192,7 +192,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
 
     let client = reqwest::Client::new();
     println!(
-        "vaultcap bench proxy: {} s per run, the median of {} runs per load",
+        "vaultcap bench proxy: {} s per run, the median of {} rounds, each load once a round",
         args.seconds,
         args.repeat.max(1)
     );
@@ -220,17 +220,19 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         "PG CPU",
         "CPU allows"
     );
-    let mut results = Vec::new();
+    // Round by round, each load once a round: this machine's speed drifts
+    // by a fifth within a minute, and loads compared with each other (twins
+    // with the run without) should meet the same drift, not each its own.
+    let mut runs: Vec<Vec<Measured>> = LOADS.iter().map(|_| Vec::new()).collect();
     // Over every run, not only the ones that stand for their load.
     let mut unanswered = 0;
-    for load in LOADS {
-        let (base, keys) = match (load.target, load.keys) {
-            (Target::Upstream, _) => (&stripe_base, &spread_file),
-            (Target::Proxy, Keys::Spread) => (&proxy.base, &spread_file),
-            (Target::Proxy, Keys::Hot) => (&proxy.base, &hot_file),
-        };
-        let mut runs = Vec::with_capacity(args.repeat);
-        for _ in 0..args.repeat.max(1) {
+    for round in 0..args.repeat.max(1) {
+        for (index, load) in LOADS.iter().enumerate() {
+            let (base, keys) = match (load.target, load.keys) {
+                (Target::Upstream, _) => (&stripe_base, &spread_file),
+                (Target::Proxy, Keys::Spread) => (&proxy.base, &spread_file),
+                (Target::Proxy, Keys::Hot) => (&proxy.base, &hot_file),
+            };
             let cpu_before = (
                 process_cpu(proxy_pid)?,
                 cluster_cpu(postmaster)?,
@@ -244,7 +246,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
                 load.twins,
                 load.in_flight,
                 args.seconds,
-                &format!("{}{}-{}", load.target.tag(), results.len(), runs.len()),
+                &format!("{}{index}-{round}", load.target.tag()),
             )?;
             run.proxy_cpu = process_cpu(proxy_pid)?.saturating_sub(cpu_before.0);
             run.postgres_cpu = cluster_cpu(postmaster)?.saturating_sub(cpu_before.1);
@@ -253,8 +255,11 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
                 run.batches = Some(batches(&client, &proxy.base).await?.since(&batches_before));
             }
             unanswered += run.other + run.socket_errors;
-            runs.push(run);
+            runs[index].push(run);
         }
+    }
+    let mut results = Vec::new();
+    for (load, mut runs) in LOADS.iter().zip(runs) {
         // The run with the median rate stands for the load, whole.
         runs.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
         let measured = runs.swap_remove(runs.len() / 2);
