@@ -143,7 +143,7 @@ pub(super) struct Measured {
     pub(super) proxy_cpu: Duration,
     pub(super) postgres_cpu: Duration,
     /// wrk's own CPU time: the client shares the machine's cores too.
-    pub(super) client_cpu: Duration,
+    client_cpu: Duration,
     /// What the proxy's ledger writers did meanwhile (proxied loads only).
     batches: Option<Batches>,
 }
@@ -263,18 +263,16 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         // The run with the median rate stands for the load, whole.
         runs.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
         let measured = runs.swap_remove(runs.len() / 2);
-        let cpu = |cpu| {
+        // CPU figures are the proxy's: the upstream alone has none.
+        let proxied = |figure: String| {
             if load.target == Target::Proxy {
-                format!("{:.3} ms", measured.per_call_ms(cpu))
+                figure
             } else {
                 "-".into()
             }
         };
-        let ceiling = if load.target == Target::Proxy {
-            format!("{:.0}/s", measured.cpu_ceiling())
-        } else {
-            "-".into()
-        };
+        let cpu = |cpu| proxied(format!("{:.3} ms", measured.per_call_ms(cpu)));
+        let ceiling = proxied(format!("{:.0}/s", measured.cpu_ceiling()));
         println!(
             "{:<18} {:>9} {:>9.0} {:>9.2} {:>9.2} {:>10} {:>10} {:>10} {ceiling:>11}  {} ok, {} 409, {} other{}",
             load.name,
