@@ -56,36 +56,16 @@ async fn spent_plus_reserved_can_never_exceed_the_cap(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_keys_field_rules_hold_for_every_write_of_the_field(pool: PgPool) {
     let id = insert_key(&pool, 1000, 0, 0).await.unwrap();
-    for (field, junk, rule) in [
-        ("currency", "'USD'", "vault_keys_currency_check"),
-        (
-            "billing_period",
-            "'2026-13'",
-            "vault_keys_billing_period_check",
-        ),
-        ("label", "''", "vault_keys_label_check"),
-        (
-            "allowed_endpoints",
-            "'{}'",
-            "vault_keys_allowed_endpoints_check",
-        ),
-        (
-            "duplicate_policy",
-            "'sometimes'",
-            "vault_keys_duplicate_policy_check",
-        ),
-        (
-            "stripe_account",
-            "'acct_'",
-            "vault_keys_stripe_account_check",
-        ),
-        ("buffer_bps", "100001", "vault_keys_buffer_bps_check"),
-        (
-            "expected_total_cents",
-            "-1",
-            "vault_keys_expected_total_cents_check",
-        ),
-        ("vendor", "'paypal'", "vault_keys_vendor_check"),
+    for (field, junk) in [
+        ("currency", "'USD'"),
+        ("billing_period", "'2026-13'"),
+        ("label", "''"),
+        ("allowed_endpoints", "'{}'"),
+        ("duplicate_policy", "'sometimes'"),
+        ("stripe_account", "'acct_'"),
+        ("buffer_bps", "100001"),
+        ("expected_total_cents", "-1"),
+        ("vendor", "'paypal'"),
     ] {
         let err = sqlx::query(&format!(
             "UPDATE vault_keys SET {field} = {junk} WHERE id = $1"
@@ -94,7 +74,12 @@ async fn a_keys_field_rules_hold_for_every_write_of_the_field(pool: PgPool) {
         .execute(&pool)
         .await
         .expect_err(field);
-        assert_eq!(constraint(err), rule, "{field} = {junk}");
+        // The names the table constraints had.
+        assert_eq!(
+            constraint(err),
+            format!("vault_keys_{field}_check"),
+            "{field} = {junk}"
+        );
     }
     let spent: i64 = sqlx::query_scalar(
         "UPDATE vault_keys SET spent_cents = spent_cents + 100 WHERE id = $1 RETURNING spent_cents",
