@@ -7,8 +7,9 @@
 //! Idempotency-Key and customer, as a billing run sends them, so the
 //! idempotency check and the duplicate guard run on every call. Loads: the
 //! upstream alone, 1/8/64 calls in flight over 100 keys and on one hot key,
-//! and twins (every charge sent twice at once). Then pgbench's simple-update
-//! at the same concurrency, and the ratios. The proxy's and PostgreSQL's CPU
+//! and twins (every charge sent twice at once), then pgbench's simple-update
+//! at the same concurrencies, in every round; each load's ratio is to
+//! pgbench in its own round. The proxy's and PostgreSQL's CPU
 //! time per call are read from /proc, so a regression shows on a noisy
 //! machine too. Fails when a target is missed or a call is unaccounted for.
 
@@ -146,6 +147,8 @@ pub(super) struct Measured {
     client_cpu: Duration,
     /// What the proxy's ledger writers did meanwhile (proxied loads only).
     batches: Option<Batches>,
+    /// The round it ran in, whose pgbench runs it is compared with.
+    round: usize,
 }
 
 impl Measured {
@@ -190,9 +193,10 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     let proxy_pid = proxy.pid().context("the proxy's pid")?;
     let postmaster = db.pg.postmaster_pid()?;
 
+    pgbench_init(&db.pg)?;
     let client = reqwest::Client::new();
     println!(
-        "vaultcap bench proxy: {} s per run, the median of {} rounds, each load once a round",
+        "vaultcap bench proxy: {} s per run, the median of {} rounds, each load and pgbench once a round",
         args.seconds,
         args.repeat.max(1)
     );
@@ -224,6 +228,9 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     // by a fifth within a minute, and loads compared with each other (twins
     // with the run without) should meet the same drift, not each its own.
     let mut runs: Vec<Vec<Measured>> = LOADS.iter().map(|_| Vec::new()).collect();
+    // pgbench in every round too, so a ratio compares a load with the
+    // physical bound measured a minute away, not five.
+    let mut pgbench_rounds: Vec<Vec<(usize, Pgbench)>> = Vec::new();
     // Over every run, not only the ones that stand for their load.
     let mut unanswered = 0;
     for round in 0..args.repeat.max(1) {
@@ -255,8 +262,15 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
                 run.batches = Some(batches(&client, &proxy.base).await?.since(&batches_before));
             }
             unanswered += run.other + run.socket_errors;
+            run.round = round;
             runs[index].push(run);
         }
+        pgbench_rounds.push(
+            PGBENCH_CLIENTS
+                .into_iter()
+                .map(|clients| Ok((clients, pgbench(&db.pg, args.seconds, clients)?)))
+                .collect::<anyhow::Result<_>>()?,
+        );
     }
     let mut results = Vec::new();
     for (load, mut runs) in LOADS.iter().zip(runs) {
@@ -320,30 +334,27 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     if args.statements {
         print_statements(&db.pool).await?;
     }
-    pgbench_init(&db.pg)?;
-    let pgbench: Vec<(usize, Pgbench)> = [1, 8, 64]
-        .into_iter()
-        .map(|clients| {
-            let mut runs = (0..args.repeat.max(1))
-                .map(|_| pgbench(&db.pg, args.seconds, clients))
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            runs.sort_by(|a, b| a.tps.total_cmp(&b.tps));
-            Ok((clients, runs.swap_remove(runs.len() / 2)))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    println!("\npgbench simple-update, same cluster");
-    for (clients, run) in &pgbench {
+    println!("\npgbench simple-update, same cluster, the median of the rounds");
+    for clients in PGBENCH_CLIENTS {
+        let mut runs: Vec<&Pgbench> = pgbench_rounds
+            .iter()
+            .filter_map(|round| pgbench_in(round, clients))
+            .collect();
+        runs.sort_by(|a, b| a.tps.total_cmp(&b.tps));
+        let run = runs[runs.len() / 2];
         println!(
             "{clients:>3} clients {:>9.0} tps   {:.3} ms per transaction",
             run.tps, run.latency_ms
         );
     }
 
-    let tps = |in_flight| {
-        pgbench
-            .iter()
-            .find(|(clients, _)| *clients == in_flight)
-            .map(|(_, run)| run)
+    // A load is compared with pgbench at its concurrency in the round of
+    // the run that stands for it.
+    let tps = |measured: &Measured, clients| {
+        pgbench_rounds
+            .get(measured.round)
+            .and_then(|round| pgbench_in(round, clients))
+            .context("pgbench at this concurrency in the load's round")
     };
     let find = |name: &str, in_flight| {
         results
@@ -361,7 +372,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     };
     println!("\ntargets");
     let alone = find("100 keys", 1)?;
-    let one_tx = tps(1).context("pgbench at 1 client")?.latency_ms;
+    let one_tx = tps(alone, 1)?.latency_ms;
     let p50_limit = 2.0 * one_tx + 0.3;
     check(
         format!(
@@ -376,12 +387,12 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         ("100 keys", 64, 0.75),
         ("1 hot key", 64, 0.75),
     ] {
-        let bound = tps(in_flight).context("pgbench at this concurrency")?.tps;
         let measured = find(name, in_flight)?;
+        let bound = tps(measured, in_flight)?.tps;
         let rate = measured.rate();
         check(
             format!(
-                "{name}, {in_flight} in flight: {rate:.0} calls/s = {:.2} x pgbench (>= {factor}); \
+                "{name}, {in_flight} in flight: {rate:.0} calls/s = {:.2} x pgbench in its round, {bound:.0} tps (>= {factor}); \
                  the target, {:.0}/s, is {:.2} x what the CPU per call allows",
                 rate / bound,
                 factor * bound,
@@ -575,6 +586,7 @@ pub(super) fn wrk(
         postgres_cpu: Duration::ZERO,
         client_cpu: Duration::ZERO,
         batches: None,
+        round: 0,
     })
 }
 
@@ -642,6 +654,17 @@ pub(super) fn cluster_cpu(postmaster: u32) -> anyhow::Result<Duration> {
 struct Pgbench {
     tps: f64,
     latency_ms: f64,
+}
+
+/// The concurrencies pgbench runs at: those of the proxied loads.
+const PGBENCH_CLIENTS: [usize; 3] = [1, 8, 64];
+
+/// The run at `clients` clients in one round's pgbench runs.
+fn pgbench_in(round: &[(usize, Pgbench)], clients: usize) -> Option<&Pgbench> {
+    round
+        .iter()
+        .find(|(at, _)| *at == clients)
+        .map(|(_, run)| run)
 }
 
 fn pgbench_init(pg: &EmbeddedPostgres) -> anyhow::Result<()> {
