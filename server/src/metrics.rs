@@ -7,7 +7,10 @@
 //! * `vaultcap_ledger_batch_calls{kind}` and
 //!   `vaultcap_ledger_batch_seconds{kind}`: how many calls each ledger write
 //!   carried and how long it took, commit included (`kind` is `reserve` or
-//!   `record`): where a call's time in the database goes.
+//!   `record`): where a call's time in the database goes;
+//! * `vaultcap_ledger_write_seconds`: each turn of the ledger writer, both
+//!   kinds together; the rate of its sum is how busy the one writer is
+//!   (near 1, it is what bounds the proxy's throughput).
 
 use std::{sync::OnceLock, time::Duration};
 
@@ -15,6 +18,12 @@ use app::domain::Decision;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Buckets for the ledger's write times: a lone call's write is under a
+/// millisecond, a full batch's a few.
+const LEDGER_SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
 
 /// Installs the process-wide recorder (once; later calls reuse it).
 pub fn install() -> &'static PrometheusHandle {
@@ -34,9 +43,12 @@ pub fn install() -> &'static PrometheusHandle {
             .expect("valid buckets")
             .set_buckets_for_metric(
                 Matcher::Full("vaultcap_ledger_batch_seconds".into()),
-                &[
-                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
-                ],
+                LEDGER_SECONDS,
+            )
+            .expect("valid buckets")
+            .set_buckets_for_metric(
+                Matcher::Full("vaultcap_ledger_write_seconds".into()),
+                LEDGER_SECONDS,
             )
             .expect("valid buckets")
             .install_recorder()
@@ -68,4 +80,10 @@ pub fn ledger_failed(step: &'static str) {
 pub fn ledger_batch_written(kind: &'static str, calls: usize, took: Duration) {
     metrics::histogram!("vaultcap_ledger_batch_calls", "kind" => kind).record(calls as f64);
     metrics::histogram!("vaultcap_ledger_batch_seconds", "kind" => kind).record(took.as_secs_f64());
+}
+
+/// One turn of the ledger writer (`took`: from taking the waiting calls to
+/// answering them).
+pub fn ledger_written(took: Duration) {
+    metrics::histogram!("vaultcap_ledger_write_seconds").record(took.as_secs_f64());
 }

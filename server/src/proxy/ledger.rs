@@ -134,7 +134,9 @@ async fn write_all(
         }
         take_waiting(&mut reserves, &mut reserving);
         take_waiting(&mut records, &mut recording);
+        let started = Instant::now();
         write(&pool, mem::take(&mut recording), mem::take(&mut reserving)).await;
+        crate::metrics::ledger_written(started.elapsed());
     }
 }
 

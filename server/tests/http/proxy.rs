@@ -497,6 +497,8 @@ async fn calls_are_counted_by_decision_in_the_metrics(pool: PgPool) {
     assert!(metrics
         .body
         .contains("vaultcap_upstream_latency_seconds_bucket"));
+    // The ledger writer's turns: how busy the one writer is.
+    assert!(metrics.body.contains("vaultcap_ledger_write_seconds_sum"));
 }
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]

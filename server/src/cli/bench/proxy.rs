@@ -308,17 +308,21 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         );
         results.push((load, measured));
     }
-    println!("\nledger writes per load: calls each and ms each (commit included)");
     println!(
-        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "load", "in flight", "reserve", "ms", "record", "ms"
+        "\nledger writes per load: calls each and ms each (commit included), and the \
+         share of the run the one writer spent writing"
+    );
+    println!(
+        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "load", "in flight", "reserve", "ms", "record", "ms", "busy"
     );
     for (load, measured) in &results {
         if let Some(batches) = &measured.batches {
             let [reserve_calls, reserve_ms] = batches.reserve.per_batch();
             let [record_calls, record_ms] = batches.record.per_batch();
+            let busy = 100.0 * batches.writing / measured.seconds;
             println!(
-                "{:<18} {:>9} {reserve_calls:>9.1} {reserve_ms:>9.2} {record_calls:>9.1} {record_ms:>9.2}",
+                "{:<18} {:>9} {reserve_calls:>9.1} {reserve_ms:>9.2} {record_calls:>9.1} {record_ms:>9.2} {busy:>8.0}%",
                 load.name, load.in_flight
             );
         }
@@ -448,6 +452,8 @@ impl Writes {
 struct Batches {
     reserve: Writes,
     record: Writes,
+    /// Seconds the one writer was writing (both kinds together).
+    writing: f64,
 }
 
 impl Batches {
@@ -460,6 +466,7 @@ impl Batches {
         Self {
             reserve: minus(self.reserve, before.reserve),
             record: minus(self.record, before.record),
+            writing: self.writing - before.writing,
         }
     }
 }
@@ -475,20 +482,24 @@ async fn batches(client: &reqwest::Client, base: &str) -> anyhow::Result<Batches
         .context("reading the proxy's /metrics")?
         .text()
         .await?;
-    let value = |series: &str, kind: &str| -> f64 {
-        let prefix = format!("{series}{{kind=\"{kind}\"}} ");
+    let value = |series: String| -> f64 {
+        let prefix = format!("{series} ");
         text.lines()
             .find_map(|line| line.strip_prefix(prefix.as_str())?.trim().parse().ok())
             .unwrap_or(0.0)
     };
-    let writes = |kind| Writes {
-        batches: value("vaultcap_ledger_batch_calls_count", kind),
-        calls: value("vaultcap_ledger_batch_calls_sum", kind),
-        seconds: value("vaultcap_ledger_batch_seconds_sum", kind),
+    let writes = |kind| {
+        let series = |name| value(format!("{name}{{kind=\"{kind}\"}}"));
+        Writes {
+            batches: series("vaultcap_ledger_batch_calls_count"),
+            calls: series("vaultcap_ledger_batch_calls_sum"),
+            seconds: series("vaultcap_ledger_batch_seconds_sum"),
+        }
     };
     Ok(Batches {
         reserve: writes("reserve"),
         record: writes("record"),
+        writing: value("vaultcap_ledger_write_seconds_sum".into()),
     })
 }
 
