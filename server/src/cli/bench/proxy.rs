@@ -8,10 +8,11 @@
 //! idempotency check and the duplicate guard run on every call. Loads: the
 //! upstream alone, 1/8/64 calls in flight over 100 keys and on one hot key,
 //! and twins (every charge sent twice at once), then pgbench's simple-update
-//! at the same concurrencies, in every round; each load's ratio is to
-//! pgbench in its own round. The proxy's and PostgreSQL's CPU
-//! time per call are read from /proc, so a regression shows on a noisy
-//! machine too. Fails when a target is missed or a call is unaccounted for.
+//! at the same concurrencies, in every round: each load's ratio is to
+//! pgbench in its own round. The proxy's and PostgreSQL's CPU time per call
+//! are read from /proc, so a regression shows on a noisy machine too, and
+//! the proxy's /metrics tell how busy its one ledger writer was. Fails when
+//! a target is missed or a call is unaccounted for.
 
 use std::{path::Path, process::Stdio, time::Duration};
 
