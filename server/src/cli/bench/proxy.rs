@@ -11,8 +11,13 @@
 //! at the same concurrencies, in every round: each load's ratio is to
 //! pgbench in its own round. The proxy's and PostgreSQL's CPU time per call
 //! are read from /proc, so a regression shows on a noisy machine too, and
-//! the proxy's /metrics tell how busy its one ledger writer was. Fails when
-//! a target is missed or a call is unaccounted for.
+//! the proxy's /metrics tell how busy its one ledger writer was. The CPU
+//! per call is also counted in pgbench transactions (PostgreSQL's CPU per
+//! pgbench transaction in the same round), which moves with the code and
+//! not with the machine's speed: that figure has budgets in
+//! `scripts/budgets`. Fails when a budget is broken or a call is
+//! unaccounted for, and, unless `--no-targets`, when one of issue 20's
+//! targets is missed.
 
 use std::{path::Path, process::Stdio, time::Duration};
 
@@ -36,7 +41,8 @@ pub struct ProxyBenchArgs {
     /// run to the next).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// Print the figures without failing on missed targets.
+    /// Do not fail on issue 20's targets (the budgets in scripts/budgets
+    /// and the books still fail the run).
     #[arg(long)]
     no_targets: bool,
     /// Load pg_stat_statements (nested statements too) and print the
@@ -348,8 +354,8 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         runs.sort_by(|a, b| a.tps.total_cmp(&b.tps));
         let run = runs[runs.len() / 2];
         println!(
-            "{clients:>3} clients {:>9.0} tps   {:.3} ms per transaction",
-            run.tps, run.latency_ms
+            "{clients:>3} clients {:>9.0} tps   {:.3} ms per transaction   PG CPU {:.3} ms per transaction",
+            run.tps, run.latency_ms, run.cpu_ms
         );
     }
 
@@ -368,14 +374,13 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
             .map(|(_, measured)| measured)
             .context("a load that was run")
     };
+    // Issue 20's targets, which this machine does not reach (see the
+    // README), fail the run unless --no-targets; budgets and the books
+    // always do.
     let mut missed = Vec::new();
-    let mut check = |what: String, ok: bool| {
-        println!("{} {what}", if ok { "ok    " } else { "MISSED" });
-        if !ok {
-            missed.push(what);
-        }
-    };
+    let mut broken = Vec::new();
     println!("\ntargets");
+    let mut check = |what: String, ok: bool| verdict(&mut missed, what, ok);
     let alone = find("100 keys", 1)?;
     let one_tx = tps(alone, 1)?.latency_ms;
     let p50_limit = 2.0 * one_tx + 0.3;
@@ -417,20 +422,75 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
             twins >= 0.8 * plain,
         );
     }
-    check(
+    println!(
+        "\nbudgets (scripts/budgets): CPU per call in pgbench transactions, i.e. divided by \
+         PostgreSQL's CPU per pgbench transaction at the same concurrency in the same round"
+    );
+    for (load, measured) in results
+        .iter()
+        .filter(|(load, _)| load.target == Target::Proxy)
+    {
+        let unit = tps(measured, load.in_flight)?.cpu_ms;
+        let in_units = |cpu| measured.per_call_ms(cpu) / unit.max(0.001);
+        let postgres = in_units(measured.postgres_cpu);
+        let proxy = in_units(measured.proxy_cpu);
+        let postgres_budget = budget(&format!("PROXY_PG_CPU_IN_TX_{}", load.in_flight))?;
+        let proxy_budget = budget(&format!("PROXY_OWN_CPU_IN_TX_{}", load.in_flight))?;
+        verdict(
+            &mut broken,
+            format!(
+                "{}, {} in flight: PostgreSQL {postgres:.2} tx (<= {postgres_budget}), proxy {proxy:.2} tx (<= {proxy_budget})",
+                load.name, load.in_flight
+            ),
+            postgres <= postgres_budget && proxy <= proxy_budget,
+        );
+    }
+    println!("\nbooks");
+    verdict(
+        &mut broken,
         format!("ledger batches that failed and were written call by call: {failed_batches}"),
         failed_batches == 0,
     );
-    check(
+    verdict(
+        &mut broken,
         format!("calls answered other than 2xx or 409: {unanswered}"),
         unanswered == 0,
     );
-    check(books.summary(), books.balanced());
+    verdict(&mut broken, books.summary(), books.balanced());
+    ensure!(
+        broken.is_empty(),
+        "{} budget(s) or book check(s) failed",
+        broken.len()
+    );
     if missed.is_empty() || args.no_targets {
         Ok(())
     } else {
         bail!("{} target(s) missed", missed.len())
     }
+}
+
+/// Prints a check's outcome and adds it to `failed` when it failed.
+fn verdict(failed: &mut Vec<String>, what: String, ok: bool) {
+    println!("{} {what}", if ok { "ok    " } else { "FAILED" });
+    if !ok {
+        failed.push(what);
+    }
+}
+
+/// The budgets the build and the benchmarks enforce, one `NAME=value` a line.
+const BUDGETS: &str = include_str!("../../../../scripts/budgets");
+
+fn budget(name: &str) -> anyhow::Result<f64> {
+    BUDGETS
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix('=')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .with_context(|| format!("no {name} in scripts/budgets"))
 }
 
 /// One kind of ledger write's running totals, from the proxy's `/metrics`.
@@ -666,6 +726,10 @@ pub(super) fn cluster_cpu(postmaster: u32) -> anyhow::Result<Duration> {
 struct Pgbench {
     tps: f64,
     latency_ms: f64,
+    /// PostgreSQL's CPU time per transaction: the unit the proxy's CPU
+    /// budgets are in, since it slows and speeds with the machine as the
+    /// proxy's own CPU time does.
+    cpu_ms: f64,
 }
 
 /// The concurrencies pgbench runs at: those of the proxied loads.
@@ -696,6 +760,8 @@ fn pgbench_init(pg: &EmbeddedPostgres) -> anyhow::Result<()> {
 
 /// pgbench's simple-update on the same cluster with `clients` connections.
 fn pgbench(pg: &EmbeddedPostgres, seconds: u32, clients: usize) -> anyhow::Result<Pgbench> {
+    let postmaster = pg.postmaster_pid()?;
+    let cpu_before = cluster_cpu(postmaster)?;
     let run = pg
         .client("pgbench")
         .arg("postgres")
@@ -708,6 +774,7 @@ fn pgbench(pg: &EmbeddedPostgres, seconds: u32, clients: usize) -> anyhow::Resul
         ])
         .output()
         .context("running pgbench")?;
+    let cpu = cluster_cpu(postmaster)?.saturating_sub(cpu_before);
     let out = String::from_utf8_lossy(&run.stdout);
     let figure = |prefix: &str| -> Option<f64> {
         out.lines().find_map(|line| {
@@ -718,10 +785,13 @@ fn pgbench(pg: &EmbeddedPostgres, seconds: u32, clients: usize) -> anyhow::Resul
                 .ok()
         })
     };
+    let transactions = figure("number of transactions actually processed: ")
+        .with_context(|| format!("no transaction count in pgbench output: {out}"))?;
     Ok(Pgbench {
         tps: figure("tps = ").with_context(|| format!("no tps in pgbench output: {out}"))?,
         latency_ms: figure("latency average = ")
             .with_context(|| format!("no latency in pgbench output: {out}"))?,
+        cpu_ms: cpu.as_secs_f64() * 1000.0 / transactions.max(1.0),
     })
 }
 
@@ -769,5 +839,28 @@ impl Books {
             "charges Stripe made {}, reservations settled {}, left open {}, spent {} cents (100 each)",
             self.stripe_charges, self.settled, self.open, self.spent.0
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_proxied_load_has_its_cpu_budgets() {
+        for load in LOADS.iter().filter(|load| load.target == Target::Proxy) {
+            for name in ["PROXY_PG_CPU_IN_TX", "PROXY_OWN_CPU_IN_TX"] {
+                let name = format!("{name}_{}", load.in_flight);
+                let value = budget(&name).unwrap_or_else(|err| panic!("{err:#}"));
+                assert!(value > 0.0, "{name} is {value}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_budget_is_read_by_its_whole_name() {
+        assert_eq!(budget("PROXY_PG_CPU_IN_TX_64").ok(), Some(1.7));
+        // A prefix of PROXY_PG_CPU_IN_TX_64 is not a budget of its own.
+        assert!(budget("PROXY_PG_CPU_IN_TX_6").is_err());
     }
 }
