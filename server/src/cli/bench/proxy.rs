@@ -275,7 +275,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         pgbench_rounds.push(
             PGBENCH_CLIENTS
                 .into_iter()
-                .map(|clients| Ok((clients, pgbench(&db.pg, args.seconds, clients)?)))
+                .map(|clients| Ok((clients, pgbench(&db.pg, postmaster, args.seconds, clients)?)))
                 .collect::<anyhow::Result<_>>()?,
         );
     }
@@ -759,8 +759,13 @@ fn pgbench_init(pg: &EmbeddedPostgres) -> anyhow::Result<()> {
 }
 
 /// pgbench's simple-update on the same cluster with `clients` connections.
-fn pgbench(pg: &EmbeddedPostgres, seconds: u32, clients: usize) -> anyhow::Result<Pgbench> {
-    let postmaster = pg.postmaster_pid()?;
+/// `postmaster` is the cluster's, whose CPU time is read around the run.
+fn pgbench(
+    pg: &EmbeddedPostgres,
+    postmaster: u32,
+    seconds: u32,
+    clients: usize,
+) -> anyhow::Result<Pgbench> {
     let cpu_before = cluster_cpu(postmaster)?;
     let run = pg
         .client("pgbench")
