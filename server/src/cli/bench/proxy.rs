@@ -49,19 +49,22 @@ pub struct ProxyBenchArgs {
     /// statements that took the most time over the proxied loads.
     #[arg(long)]
     statements: bool,
+    /// A server setting for the run's cluster, `name=value` (repeatable):
+    /// to see what a setting does to the figures. Printed with the others.
+    #[arg(long = "pg", value_name = "NAME=VALUE", value_parser = pg_setting)]
+    pg_settings: Vec<String>,
 }
 
 pub async fn run(args: ProxyBenchArgs) -> anyhow::Result<()> {
-    let settings: &[&str] = if args.statements {
-        &[
+    let mut settings: Vec<&str> = args.pg_settings.iter().map(String::as_str).collect();
+    if args.statements {
+        settings.extend([
             "shared_preload_libraries=pg_stat_statements",
             "pg_stat_statements.track=all",
             "pg_stat_statements.track_planning=on",
-        ]
-    } else {
-        &[]
-    };
-    BenchDatabase::around_with(settings, async |db| {
+        ]);
+    }
+    BenchDatabase::around_with(&settings, async |db| {
         if args.statements {
             sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 .execute(&db.pool)
@@ -70,6 +73,19 @@ pub async fn run(args: ProxyBenchArgs) -> anyhow::Result<()> {
         measure(db, &args).await
     })
     .await
+}
+
+/// A `--pg` setting: passed to the server on its command line, where a
+/// space would split it.
+fn pg_setting(setting: &str) -> Result<String, String> {
+    match setting.split_once('=') {
+        Some((name, value)) if !name.is_empty() && !value.is_empty() => {}
+        _ => return Err("expected NAME=VALUE, e.g. wal_init_zero=off".into()),
+    }
+    if setting.contains(char::is_whitespace) {
+        return Err("a setting with a space cannot be passed on the server's command line".into());
+    }
+    Ok(setting.to_owned())
 }
 
 /// One load: who is called, how, with how many in flight.
@@ -207,7 +223,10 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         args.seconds,
         args.repeat.max(1)
     );
-    println!("PostgreSQL: {}", settings(&db.pool).await?);
+    println!(
+        "PostgreSQL: {}",
+        settings(&db.pool, &args.pg_settings).await?
+    );
     // Warm connections, caches and plans on both paths.
     let warm = |target: &str, tag: &str| wrk(&script, target, &spread_file, false, 8, 2, tag);
     warm(&stripe_base, "directwarm")?;
@@ -587,14 +606,22 @@ async fn print_statements(pool: &sqlx::PgPool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The settings that decide what a durable write costs.
-async fn settings(pool: &sqlx::PgPool) -> anyhow::Result<String> {
+/// The settings that decide what a durable write costs, and those given
+/// with `--pg`.
+async fn settings(pool: &sqlx::PgPool, given: &[String]) -> anyhow::Result<String> {
+    let given: Vec<&str> = given
+        .iter()
+        .filter_map(|setting| setting.split('=').next())
+        .collect();
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT name, setting || coalesce(unit, '') FROM pg_settings
          WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', 'wal_sync_method',
-                        'commit_delay', 'max_connections', 'wal_buffers', 'server_version')
+                        'commit_delay', 'max_connections', 'wal_buffers', 'server_version',
+                        'max_wal_size', 'checkpoint_timeout')
+            OR name = ANY($1)
          ORDER BY name",
     )
+    .bind(given)
     .fetch_all(pool)
     .await?;
     Ok(rows
