@@ -335,12 +335,13 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         results.push((load, measured));
     }
     println!(
-        "\nledger writes per load: calls each and ms each (commit included), and the \
-         share of the run the one writer spent writing"
+        "\nledger writes per load: calls each and ms each (commit included), the \
+         share of the run the one writer spent writing, and its turns over {} ms",
+        STALLED_SECS.parse::<f64>().unwrap_or_default() * 1000.0
     );
     println!(
-        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "load", "in flight", "reserve", "ms", "record", "ms", "busy"
+        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "load", "in flight", "reserve", "ms", "record", "ms", "busy", "stalled"
     );
     for (load, measured) in &results {
         if let Some(batches) = &measured.batches {
@@ -348,8 +349,8 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
             let [record_calls, record_ms] = batches.record.per_batch();
             let busy = 100.0 * batches.writing / measured.seconds;
             println!(
-                "{:<18} {:>9} {reserve_calls:>9.1} {reserve_ms:>9.2} {record_calls:>9.1} {record_ms:>9.2} {busy:>8.0}%",
-                load.name, load.in_flight
+                "{:<18} {:>9} {reserve_calls:>9.1} {reserve_ms:>9.2} {record_calls:>9.1} {record_ms:>9.2} {busy:>8.0}% {:>9.0}",
+                load.name, load.in_flight, batches.stalled
             );
         }
     }
@@ -534,7 +535,15 @@ struct Batches {
     record: Writes,
     /// Seconds the one writer was writing (both kinds together).
     writing: f64,
+    /// Turns of the writer, and those that took longer than
+    /// [`STALLED_SECS`]: every call waiting meanwhile waited as long.
+    turns: f64,
+    stalled: f64,
 }
+
+/// A turn of the ledger writer this long is a stall: 5-10 times a turn at
+/// 64 calls in flight. A bucket bound of `vaultcap_ledger_write_seconds`.
+const STALLED_SECS: &str = "0.025";
 
 impl Batches {
     fn since(&self, before: &Self) -> Self {
@@ -547,6 +556,8 @@ impl Batches {
             reserve: minus(self.reserve, before.reserve),
             record: minus(self.record, before.record),
             writing: self.writing - before.writing,
+            turns: self.turns - before.turns,
+            stalled: self.stalled - before.stalled,
         }
     }
 }
@@ -576,10 +587,16 @@ async fn batches(client: &reqwest::Client, base: &str) -> anyhow::Result<Batches
             seconds: series("vaultcap_ledger_batch_seconds_sum"),
         }
     };
+    let turns = value("vaultcap_ledger_write_seconds_count".into());
+    let quick = value(format!(
+        "vaultcap_ledger_write_seconds_bucket{{le=\"{STALLED_SECS}\"}}"
+    ));
     Ok(Batches {
         reserve: writes("reserve"),
         record: writes("record"),
         writing: value("vaultcap_ledger_write_seconds_sum".into()),
+        turns,
+        stalled: turns - quick,
     })
 }
 
