@@ -752,19 +752,31 @@ fn children_cpu() -> anyhow::Result<Duration> {
 /// CPU time of the whole cluster: the postmaster, its live children (the
 /// backends, the WAL writer, the checkpointer) and those that have exited.
 pub(super) fn cluster_cpu(postmaster: u32) -> anyhow::Result<Duration> {
-    let (_, own, exited) = proc_stat(postmaster).context("reading PostgreSQL's CPU time")?;
-    let mut total = own + exited;
-    for entry in std::fs::read_dir("/proc")? {
-        let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse().ok()) else {
-            continue;
-        };
-        if let Some((ppid, used, _)) = proc_stat(pid) {
-            if ppid == postmaster {
-                total += used;
+    let exited = || -> anyhow::Result<(u64, u64)> {
+        let (_, own, exited) = proc_stat(postmaster).context("reading PostgreSQL's CPU time")?;
+        Ok((own, exited))
+    };
+    loop {
+        let (_, before) = exited()?;
+        let mut live = 0;
+        for entry in std::fs::read_dir("/proc")? {
+            let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if let Some((ppid, used, _)) = proc_stat(pid) {
+                if ppid == postmaster {
+                    live += used;
+                }
             }
         }
+        // A child reaped while /proc was read is in neither figure: read
+        // again (backends end in dozens as pgbench does, and a pgbench
+        // transaction cost half its CPU in runs that missed them).
+        let (own, after) = exited()?;
+        if after == before {
+            return Ok(ticks(own + after + live));
+        }
     }
-    Ok(ticks(total))
 }
 
 struct Pgbench {
