@@ -336,8 +336,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     }
     println!(
         "\nledger writes per load: calls each and ms each (commit included), the \
-         share of the run the one writer spent writing, and its turns over {} ms",
-        STALLED_SECS.parse::<f64>().unwrap_or_default() * 1000.0
+         share of the run the one writer spent writing, and its turns over {STALLED_SECS} s"
     );
     println!(
         "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -535,9 +534,8 @@ struct Batches {
     record: Writes,
     /// Seconds the one writer was writing (both kinds together).
     writing: f64,
-    /// Turns of the writer, and those that took longer than
-    /// [`STALLED_SECS`]: every call waiting meanwhile waited as long.
-    turns: f64,
+    /// Turns of the writer that took longer than [`STALLED_SECS`]: every
+    /// call waiting meanwhile waited as long.
     stalled: f64,
 }
 
@@ -556,7 +554,6 @@ impl Batches {
             reserve: minus(self.reserve, before.reserve),
             record: minus(self.record, before.record),
             writing: self.writing - before.writing,
-            turns: self.turns - before.turns,
             stalled: self.stalled - before.stalled,
         }
     }
@@ -587,7 +584,6 @@ async fn batches(client: &reqwest::Client, base: &str) -> anyhow::Result<Batches
             seconds: series("vaultcap_ledger_batch_seconds_sum"),
         }
     };
-    let turns = value("vaultcap_ledger_write_seconds_count".into());
     let quick = value(format!(
         "vaultcap_ledger_write_seconds_bucket{{le=\"{STALLED_SECS}\"}}"
     ));
@@ -595,8 +591,7 @@ async fn batches(client: &reqwest::Client, base: &str) -> anyhow::Result<Batches
         reserve: writes("reserve"),
         record: writes("record"),
         writing: value("vaultcap_ledger_write_seconds_sum".into()),
-        turns,
-        stalled: turns - quick,
+        stalled: value("vaultcap_ledger_write_seconds_count".into()) - quick,
     })
 }
 
@@ -752,12 +747,9 @@ fn children_cpu() -> anyhow::Result<Duration> {
 /// CPU time of the whole cluster: the postmaster, its live children (the
 /// backends, the WAL writer, the checkpointer) and those that have exited.
 pub(super) fn cluster_cpu(postmaster: u32) -> anyhow::Result<Duration> {
-    let exited = || -> anyhow::Result<(u64, u64)> {
-        let (_, own, exited) = proc_stat(postmaster).context("reading PostgreSQL's CPU time")?;
-        Ok((own, exited))
-    };
+    let postmaster_cpu = || proc_stat(postmaster).context("reading PostgreSQL's CPU time");
     loop {
-        let (_, before) = exited()?;
+        let (_, _, before) = postmaster_cpu()?;
         let mut live = 0;
         for entry in std::fs::read_dir("/proc")? {
             let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse().ok()) else {
@@ -772,7 +764,7 @@ pub(super) fn cluster_cpu(postmaster: u32) -> anyhow::Result<Duration> {
         // A child reaped while /proc was read is in neither figure: read
         // again (backends end in dozens as pgbench does, and a pgbench
         // transaction cost half its CPU in runs that missed them).
-        let (own, after) = exited()?;
+        let (_, own, after) = postmaster_cpu()?;
         if after == before {
             return Ok(ticks(own + after + live));
         }
