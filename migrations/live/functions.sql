@@ -816,7 +816,47 @@ CREATE OR REPLACE FUNCTION public.settle_calls(p_calls jsonb, p_keys_locked bool
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+    v_call jsonb;
+    v_reservation bigint;
+    v_settlement text;
+    v_object text;
+    v_key bigint;
+    v_amount bigint;
 BEGIN
+    IF jsonb_array_length(p_calls) = 1 THEN
+        v_call := p_calls->0;
+        v_reservation := (v_call->>'reservation_id')::bigint;
+        IF v_reservation IS NULL THEN
+            RETURN;
+        END IF;
+        v_settlement := v_call->>'settlement';
+        v_object := v_call->>'stripe_object_id';
+        -- The key before the reservation, as every ledger writer locks them.
+        IF NOT p_keys_locked THEN
+            PERFORM 1 FROM vault_keys k WHERE k.id = (v_call->>'vault_key_id')::bigint FOR NO KEY UPDATE;
+        END IF;
+        UPDATE reservations r
+        SET state = v_settlement, settled_at = now(),
+            stripe_charge_id = CASE
+                WHEN v_settlement IN ('settled', 'outcome_unknown') AND v_object IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM reservations o
+                                     WHERE o.stripe_charge_id = v_object AND o.id <> r.id)
+                THEN v_object
+                ELSE r.stripe_charge_id END,
+            payment_intent = CASE WHEN v_object LIKE 'pi\_%' AND r.payment_intent IS NULL
+                                  THEN v_object ELSE r.payment_intent END
+        WHERE r.id = v_reservation AND r.state = 'pending'
+        RETURNING r.vault_key_id, r.amount_cents INTO v_key, v_amount;
+        IF FOUND AND v_settlement IN ('settled', 'released') AND v_amount <> 0 THEN
+            UPDATE vault_keys k
+            SET reserved_cents = k.reserved_cents - v_amount,
+                spent_cents = k.spent_cents + CASE WHEN v_settlement = 'settled' THEN v_amount ELSE 0 END
+            WHERE k.id = v_key;
+        END IF;
+        RETURN;
+    END IF;
+
     IF NOT p_keys_locked THEN
         PERFORM 1 FROM vault_keys k
         WHERE k.id IN (SELECT x.vault_key_id

@@ -627,6 +627,105 @@ async fn one_charge_answered_to_two_keys_settles_both_in_one_batch(pool: PgPool)
     );
 }
 
+/// A settlement alone is written by statements of its own (migration 33),
+/// a batch by the set-based ones, and every way a call can end leaves the
+/// same books either way. Each key gets the same five calls: one Stripe
+/// charged, one it declined, one whose outcome nobody knows, one told a
+/// charge another call already holds, one answered with a payment intent;
+/// then a late record for the first call, no longer pending.
+#[sqlx::test(migrator = "server::db::MIGRATOR")]
+async fn a_settlement_alone_ends_as_in_a_batch(pool: PgPool) {
+    use app::keys::spend::{record_many, reserve_many, Settlement};
+
+    let (app, _stripe, _key, alone) = proxy_with_key(pool.clone(), 1_000).await;
+    let batched = another_key(&app, 1_000).await;
+    let mut books = Vec::new();
+    for (key, tag) in [(alone, "alone"), (batched, "batched")] {
+        let mut ids = Vec::new();
+        for n in 0..5 {
+            let outcome = reserve_many(&pool, &[reserve_call(key, n)]).await.unwrap();
+            let [Reserved::New { reservation_id, .. }] = outcome[..] else {
+                panic!("{outcome:?}");
+            };
+            ids.push(reservation_id);
+        }
+        let record =
+            |reservation: i64, settlement: Settlement, object: Option<String>| CallRecord {
+                entry: AuditEntry {
+                    vault_key_id: Some(app::domain::VaultKeyId(key)),
+                    decision: Decision::Allowed,
+                    upstream_status: Some(match settlement {
+                        Settlement::Released => 402,
+                        _ => 200,
+                    }),
+                    stripe_object_id: object,
+                    latency_ms: 1,
+                    ..AuditEntry::received("POST", "/v1/charges")
+                },
+                reservation_id: Some(reservation),
+                settlement: Some(settlement),
+                duplicate_of: None,
+                release: None,
+            };
+        let charge = format!("ch_{tag}");
+        let records = [
+            record(ids[0], Settlement::Spent, Some(charge.clone())),
+            record(ids[1], Settlement::Released, None),
+            record(
+                ids[2],
+                Settlement::Unknown,
+                Some(format!("ch_{tag}_unknown")),
+            ),
+            record(ids[3], Settlement::Spent, Some(charge.clone())),
+            record(ids[4], Settlement::Spent, Some(format!("pi_{tag}"))),
+            record(ids[0], Settlement::Released, Some(charge)),
+        ];
+        if key == alone {
+            for call in &records {
+                record_many(&pool, std::slice::from_ref(call))
+                    .await
+                    .unwrap();
+            }
+        } else {
+            record_many(&pool, &records[..3]).await.unwrap();
+            record_many(&pool, &records[3..]).await.unwrap();
+        }
+
+        let reservations: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT state, replace(stripe_charge_id, $2, '*'), replace(payment_intent, $2, '*')
+             FROM reservations WHERE vault_key_id = $1 ORDER BY id",
+        )
+        .bind(key)
+        .bind(tag)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let audited = crate::helpers::count(
+            &pool,
+            &format!("SELECT count(*) FROM audit_log WHERE vault_key_id = {key}"),
+        )
+        .await;
+        books.push((reservations, counters(&pool, key).await, audited));
+    }
+
+    let text = |s: &str| Some(s.to_owned());
+    let expected = (
+        vec![
+            ("settled".to_owned(), text("ch_*"), None),
+            ("released".to_owned(), None, None),
+            ("outcome_unknown".to_owned(), text("ch_*_unknown"), None),
+            // ch_* is the first call's: this one is spent, bound to nothing.
+            ("settled".to_owned(), None, None),
+            ("settled".to_owned(), text("pi_*"), text("pi_*")),
+        ],
+        // Spent: three calls of 100; reserved: the unknown one.
+        (300, 100),
+        6,
+    );
+    assert_eq!(books[0], expected, "alone");
+    assert_eq!(books[1], expected, "in batches");
+}
+
 /// A settled call flagged as a duplicate opens a finding only when it held
 /// a reservation, as it always did: an audit row alone claims no charge.
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
