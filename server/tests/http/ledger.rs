@@ -632,7 +632,8 @@ async fn one_charge_answered_to_two_keys_settles_both_in_one_batch(pool: PgPool)
 /// same books either way. Each key gets the same five calls: one Stripe
 /// charged, one it declined, one whose outcome nobody knows, one told a
 /// charge another call already holds, one answered with a payment intent;
-/// then a late record for the first call, no longer pending.
+/// then a late record for the first call, no longer pending; then a retry
+/// of the unknown one, which Stripe answers with the charge it holds.
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_settlement_alone_ends_as_in_a_batch(pool: PgPool) {
     use app::keys::spend::{record_many, reserve_many, Settlement};
@@ -690,40 +691,81 @@ async fn a_settlement_alone_ends_as_in_a_batch(pool: PgPool) {
             record_many(&pool, &records[..3]).await.unwrap();
             record_many(&pool, &records[3..]).await.unwrap();
         }
+        let settled = books_of(&pool, key, tag).await;
 
-        let reservations: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
-            "SELECT state, replace(stripe_charge_id, $2, '*'), replace(payment_intent, $2, '*')
-             FROM reservations WHERE vault_key_id = $1 ORDER BY id",
-        )
-        .bind(key)
-        .bind(tag)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        let audited = crate::helpers::count(
-            &pool,
-            &format!("SELECT count(*) FROM audit_log WHERE vault_key_id = {key}"),
-        )
-        .await;
-        books.push((reservations, counters(&pool, key).await, audited));
+        // A retry of the unknown call (same Idempotency-Key and parameters)
+        // reopens its reservation, and Stripe's answer names the charge the
+        // reservation already holds. The batch beside it: a refused call.
+        let retry = reserve_many(&pool, &[reserve_call(key, 2)]).await.unwrap();
+        assert_eq!(
+            retry,
+            [Reserved::RetryUnknown {
+                reservation_id: ids[2]
+            }]
+        );
+        let answered = record(ids[2], Settlement::Spent, Some(format!("ch_{tag}_unknown")));
+        if key == alone {
+            record_many(&pool, &[answered]).await.unwrap();
+        } else {
+            record_many(&pool, &[answered, refused_call("beside the retry")])
+                .await
+                .unwrap();
+        }
+        books.push((settled, books_of(&pool, key, tag).await));
     }
 
     let text = |s: &str| Some(s.to_owned());
+    let settled = |unknown: (&str, i64, i64), audited| {
+        (
+            vec![
+                ("settled".to_owned(), text("ch_*"), None),
+                ("released".to_owned(), None, None),
+                (unknown.0.to_owned(), text("ch_*_unknown"), None),
+                // ch_* is the first call's: this one is spent, bound to nothing.
+                ("settled".to_owned(), None, None),
+                ("settled".to_owned(), text("pi_*"), text("pi_*")),
+            ],
+            (unknown.1, unknown.2),
+            audited,
+        )
+    };
     let expected = (
-        vec![
-            ("settled".to_owned(), text("ch_*"), None),
-            ("released".to_owned(), None, None),
-            ("outcome_unknown".to_owned(), text("ch_*_unknown"), None),
-            // ch_* is the first call's: this one is spent, bound to nothing.
-            ("settled".to_owned(), None, None),
-            ("settled".to_owned(), text("pi_*"), text("pi_*")),
-        ],
         // Spent: three calls of 100; reserved: the unknown one.
-        (300, 100),
-        6,
+        settled(("outcome_unknown", 300, 100), 6),
+        // The retry settles it, keeping its charge: all four spent.
+        settled(("settled", 400, 0), 7),
     );
     assert_eq!(books[0], expected, "alone");
     assert_eq!(books[1], expected, "in batches");
+}
+
+/// A key's reservations in the order they were made (state, charge and
+/// payment intent, with `tag` written `*`), its spent and reserved cents,
+/// and its audit rows.
+async fn books_of(
+    pool: &PgPool,
+    key: i64,
+    tag: &str,
+) -> (
+    Vec<(String, Option<String>, Option<String>)>,
+    (i64, i64),
+    i64,
+) {
+    let reservations = sqlx::query_as(
+        "SELECT state, replace(stripe_charge_id, $2, '*'), replace(payment_intent, $2, '*')
+         FROM reservations WHERE vault_key_id = $1 ORDER BY id",
+    )
+    .bind(key)
+    .bind(tag)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let audited = crate::helpers::count(
+        pool,
+        &format!("SELECT count(*) FROM audit_log WHERE vault_key_id = {key}"),
+    )
+    .await;
+    (reservations, counters(pool, key).await, audited)
 }
 
 /// A settled call flagged as a duplicate opens a finding only when it held
