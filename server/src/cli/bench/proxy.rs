@@ -304,6 +304,9 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     }
     let mut results = Vec::new();
     for (load, mut runs) in LOADS.iter().zip(runs) {
+        let in_tx = (load.target == Target::Proxy)
+            .then(|| CpuInTx::median(&runs, &pgbench_rounds, load.in_flight))
+            .transpose()?;
         // The run with the median rate stands for the load, whole.
         runs.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
         let measured = runs.swap_remove(runs.len() / 2);
@@ -336,7 +339,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
                 String::new()
             }
         );
-        results.push((load, measured));
+        results.push((load, measured, in_tx));
     }
     println!(
         "\nledger writes per load: calls each and ms each (commit included), the \
@@ -346,7 +349,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
         "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "load", "in flight", "reserve", "ms", "record", "ms", "busy", "stalled"
     );
-    for (load, measured) in &results {
+    for (load, measured, _) in &results {
         if let Some(batches) = &measured.batches {
             let [reserve_calls, reserve_ms] = batches.reserve.per_batch();
             let [record_calls, record_ms] = batches.record.per_batch();
@@ -393,8 +396,8 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     let find = |name: &str, in_flight| {
         results
             .iter()
-            .find(|(load, _)| load.name == name && load.in_flight == in_flight)
-            .map(|(_, measured)| measured)
+            .find(|(load, ..)| load.name == name && load.in_flight == in_flight)
+            .map(|(_, measured, _)| measured)
             .context("a load that was run")
     };
     // Issue 20's targets, which this machine does not reach (see the
@@ -449,16 +452,14 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     }
     println!(
         "\nbudgets (scripts/budgets): CPU per call in pgbench transactions, i.e. divided by \
-         PostgreSQL's CPU per pgbench transaction at the same concurrency in the same round"
+         PostgreSQL's CPU per pgbench transaction at the same concurrency in the same round; \
+         the median of the rounds"
     );
-    for (load, measured) in results
+    for (load, in_tx) in results
         .iter()
-        .filter(|(load, _)| load.target == Target::Proxy)
+        .filter_map(|(load, _, in_tx)| Some((load, in_tx.as_ref()?)))
     {
-        let unit = tps(measured, load.in_flight)?.cpu_ms;
-        let in_units = |cpu| measured.per_call_ms(cpu) / unit.max(0.001);
-        let postgres = in_units(measured.postgres_cpu);
-        let proxy = in_units(measured.proxy_cpu);
+        let CpuInTx { postgres, proxy } = *in_tx;
         let postgres_budget = budget(&format!("PROXY_PG_CPU_IN_TX_{}", load.in_flight))?;
         let proxy_budget = budget(&format!("PROXY_OWN_CPU_IN_TX_{}", load.in_flight))?;
         verdict(
@@ -788,6 +789,49 @@ struct Pgbench {
     cpu_ms: f64,
 }
 
+/// A proxied load's CPU per call counted in pgbench transactions: each
+/// run's divided by PostgreSQL's CPU per pgbench transaction at the same
+/// concurrency in its own round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct CpuInTx {
+    postgres: f64,
+    proxy: f64,
+}
+
+impl CpuInTx {
+    /// The median over the load's rounds, PostgreSQL's and the proxy's
+    /// each on its own, which is what the budgets are checked against: one
+    /// round in a slow moment of the machine (seen here: 4.4 tx at 8 in
+    /// flight in one run of nine, the others 2.8 to 3.2) neither fails a
+    /// budget nor hides a regression that most rounds show.
+    fn median(
+        runs: &[Measured],
+        rounds: &[Vec<(usize, Pgbench)>],
+        in_flight: usize,
+    ) -> anyhow::Result<Self> {
+        let mut postgres = Vec::with_capacity(runs.len());
+        let mut proxy = Vec::with_capacity(runs.len());
+        for run in runs {
+            let unit = rounds
+                .get(run.round)
+                .and_then(|round| pgbench_in(round, in_flight))
+                .context("pgbench at this concurrency in the load's round")?
+                .cpu_ms
+                .max(0.001);
+            postgres.push(run.per_call_ms(run.postgres_cpu) / unit);
+            proxy.push(run.per_call_ms(run.proxy_cpu) / unit);
+        }
+        let median = |mut figures: Vec<f64>| {
+            figures.sort_by(f64::total_cmp);
+            super::quantile(&figures, 0.5)
+        };
+        Ok(Self {
+            postgres: median(postgres),
+            proxy: median(proxy),
+        })
+    }
+}
+
 /// The concurrencies pgbench runs at: those of the proxied loads.
 const PGBENCH_CLIENTS: [usize; 3] = [1, 8, 64];
 
@@ -950,6 +994,51 @@ mod tests {
         assert_eq!(budget("PROXY_PG_CPU_IN_TX_64").ok(), Some(1.7));
         // A prefix of PROXY_PG_CPU_IN_TX_64 is not a budget of its own.
         assert!(budget("PROXY_PG_CPU_IN_TX_6").is_err());
+    }
+
+    #[test]
+    fn a_budgets_figure_is_the_median_round_each_over_its_own_pgbench() {
+        // 1,000 calls in a round: PostgreSQL's and the proxy's CPU in ms.
+        let run = |round, postgres_ms: u64, proxy_ms: u64| Measured {
+            calls: 1000,
+            seconds: 4.0,
+            p50_ms: 0.0,
+            p99_ms: 0.0,
+            ok: 1000,
+            conflict: 0,
+            other: 0,
+            socket_errors: 0,
+            proxy_cpu: Duration::from_millis(proxy_ms),
+            postgres_cpu: Duration::from_millis(postgres_ms),
+            client_cpu: Duration::ZERO,
+            batches: None,
+            round,
+        };
+        // pgbench at 8 clients spent 0.2, 0.1 and 0.25 ms a transaction.
+        let pgbench = |cpu_ms| {
+            vec![(
+                8,
+                Pgbench {
+                    tps: 5000.0,
+                    latency_ms: 1.0,
+                    p99_ms: 2.0,
+                    cpu_ms,
+                },
+            )]
+        };
+        let rounds = [pgbench(0.2), pgbench(0.1), pgbench(0.25)];
+        // PostgreSQL: 3.0, 4.0 and an outlier of 8.0 tx; the proxy 1.0,
+        // 0.5 and 0.8 tx.
+        let runs = [run(0, 600, 200), run(1, 400, 50), run(2, 2000, 200)];
+        assert_eq!(
+            CpuInTx::median(&runs, &rounds, 8).unwrap(),
+            CpuInTx {
+                postgres: 4.0,
+                proxy: 0.8
+            }
+        );
+        // A load with no pgbench at its concurrency in its round is an error.
+        assert!(CpuInTx::median(&runs, &rounds, 64).is_err());
     }
 
     #[test]
