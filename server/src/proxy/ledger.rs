@@ -8,7 +8,15 @@
 //! the reservations and the settlements waiting at that moment together,
 //! since most of a small batch's cost is the statement's and the commit's,
 //! not its calls'. Nothing waits for a batch to fill: a lone call is
-//! written at once, and under load the batches grow by themselves.
+//! written at once, and under load the batches grow by themselves. Waiting
+//! for the other calls in flight to join (tried: up to tokio's 1 ms timer
+//! tick) grew the batches at 8 in flight from 2.4 to 3.8 calls of each
+//! kind and cut PostgreSQL's CPU per call by about a fifth, but left the
+//! writer idle 14-23 % of the time: faster at 8 in flight in four of six
+//! alternated runs, slower at 64 in four of six, and a call on its way to
+//! Stripe is no nearer for the wait.
+//! Yielding to the scheduler instead grew the batches less and was slower
+//! at both.
 //!
 //! One writer does it all. Each batch appends audit rows, and the audit
 //! log's hash chain lets one transaction at a time hold its head, up to its
