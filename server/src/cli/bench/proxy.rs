@@ -387,12 +387,7 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
 
     // A load is compared with pgbench at its concurrency in the round of
     // the run that stands for it.
-    let tps = |measured: &Measured, clients| {
-        pgbench_rounds
-            .get(measured.round)
-            .and_then(|round| pgbench_in(round, clients))
-            .context("pgbench at this concurrency in the load's round")
-    };
+    let tps = |measured: &Measured, clients| pgbench_beside(&pgbench_rounds, measured, clients);
     let find = |name: &str, in_flight| {
         results
             .iter()
@@ -812,12 +807,7 @@ impl CpuInTx {
         let mut postgres = Vec::with_capacity(runs.len());
         let mut proxy = Vec::with_capacity(runs.len());
         for run in runs {
-            let unit = rounds
-                .get(run.round)
-                .and_then(|round| pgbench_in(round, in_flight))
-                .context("pgbench at this concurrency in the load's round")?
-                .cpu_ms
-                .max(0.001);
+            let unit = pgbench_beside(rounds, run, in_flight)?.cpu_ms.max(0.001);
             postgres.push(run.per_call_ms(run.postgres_cpu) / unit);
             proxy.push(run.per_call_ms(run.proxy_cpu) / unit);
         }
@@ -841,6 +831,19 @@ fn pgbench_in(round: &[(usize, Pgbench)], clients: usize) -> Option<&Pgbench> {
         .iter()
         .find(|(at, _)| *at == clients)
         .map(|(_, run)| run)
+}
+
+/// pgbench at `clients` clients in the round `run` ran in: what a load
+/// is compared with.
+fn pgbench_beside<'a>(
+    rounds: &'a [Vec<(usize, Pgbench)>],
+    run: &Measured,
+    clients: usize,
+) -> anyhow::Result<&'a Pgbench> {
+    rounds
+        .get(run.round)
+        .and_then(|round| pgbench_in(round, clients))
+        .context("pgbench at this concurrency in the load's round")
 }
 
 fn pgbench_init(pg: &EmbeddedPostgres) -> anyhow::Result<()> {
