@@ -31,9 +31,10 @@ pub struct DatabaseArgs {
     #[arg(long, env = "VAULTCAP_DB_MAX_CONNECTIONS", default_value_t = 10)]
     pub db_max_connections: u32,
 
-    /// Connections kept apart for the proxy's spend ledger and key lookups,
-    /// on top of --db-max-connections, so no console work (exports, syncs,
-    /// pages) can hold every connection while billing waits.
+    /// Connections kept apart for the proxy's spend ledger (one, its
+    /// writer's) and key lookups (the rest; at least one), on top of
+    /// --db-max-connections, so no console work (exports, syncs, pages) can
+    /// hold every connection while billing waits.
     #[arg(long, env = "VAULTCAP_DB_LEDGER_CONNECTIONS", default_value_t = 4)]
     pub db_ledger_connections: u32,
 }

@@ -20,7 +20,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 pub struct Database {
     /// The console's, the key API's and the background jobs' connections.
     pub pool: PgPool,
-    /// The proxy's own: the spend ledger's writers and key lookups.
+    /// The proxy's own: key lookups and its other queries (the spend
+    /// ledger's writer opens one connection more, its own).
     pub ledger_pool: PgPool,
     /// The schema's owner: migrations, and archiving months of the audit
     /// log, which the application's own role may not drop.
@@ -67,12 +68,14 @@ impl Database {
             .connect_with(app.clone())
             .await
             .context("connecting to PostgreSQL")?;
+        // Key lookups; the ledger's writer opens the last one of its own
+        // (Ledger::start).
         let ledger_pool = PgPoolOptions::new()
-            .max_connections(args.db_ledger_connections.max(2))
+            .max_connections(args.db_ledger_connections.max(2) - 1)
             .acquire_timeout(std::time::Duration::from_secs(5))
-            // No ping before every batch: it was one more round trip per
-            // ledger write. A connection that broke fails its batch, which
-            // refuses its calls (fail closed), and is then replaced.
+            // No ping before every lookup: one more round trip on the
+            // proxy's path. A connection that broke fails its query, which
+            // refuses its call (fail closed), and is then replaced.
             .test_before_acquire(false)
             .connect_lazy_with(app);
         let protection = audit_chain::log_protection(&pool).await?;

@@ -57,7 +57,8 @@ pub const MAX_FORM_BODY: usize = 64 * 1024;
 
 /// The whole application, apart from the socket, so tests can drive it
 /// with `oneshot`: the console, the key API and the spend-cap proxy, whose
-/// ledger and key lookups use `ledger_pool` only.
+/// ledger and key lookups use `ledger_pool`'s database only (the ledger's
+/// writer on a connection of its own).
 pub fn router(state: AppState, upstream: Upstream, ledger_pool: PgPool) -> Router {
     router_tracking(state, upstream, ledger_pool, TaskTracker::new())
 }
@@ -110,7 +111,7 @@ pub fn router_tracking(
     let stripe_events =
         crate::stripe_events::router(state.pool.clone(), upstream.webhook_secrets().clone());
     let proxy = crate::proxy::router(ProxyState {
-        ledger: Ledger::start(ledger_pool.clone(), RESERVE_QUEUE),
+        ledger: Ledger::start(&ledger_pool, RESERVE_QUEUE),
         pool: ledger_pool,
         upstream,
         keys: KeyLookup::new(),

@@ -114,7 +114,7 @@ async fn let_tasks_queue() {
 
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
-    let ledger = Ledger::start(pool.clone(), 64);
+    let ledger = Ledger::start(&pool, 64);
     // Hold the writer on its first call so the next ten wait as one batch.
     let mut lock = pool.begin().await.unwrap();
     sqlx::query("LOCK TABLE audit_log IN EXCLUSIVE MODE")
@@ -157,7 +157,7 @@ async fn a_batch_with_one_bad_row_is_written_again_call_by_call(pool: PgPool) {
 #[sqlx::test(migrator = "server::db::MIGRATOR")]
 async fn a_full_reservation_queue_turns_new_calls_away_before_reserving(pool: PgPool) {
     let (_app, _stripe, _key, key_id) = proxy_with_key(pool.clone(), 1_000_000).await;
-    let ledger = Ledger::start(pool.clone(), 1);
+    let ledger = Ledger::start(&pool, 1);
     let (lock, writing) = reserve_behind_a_lock(&pool, &ledger, key_id).await;
     let queued = tokio::spawn({
         let ledger = ledger.clone();
@@ -190,7 +190,7 @@ async fn record_beside_a_reservation(
     key: i64,
     records: Vec<CallRecord>,
 ) -> (Vec<Result<(), LedgerError>>, Result<Reserved, LedgerError>) {
-    let ledger = Ledger::start(pool.clone(), 64);
+    let ledger = Ledger::start(pool, 64);
     let (lock, first) = reserve_behind_a_lock(pool, &ledger, key).await;
     let recorded: Vec<_> = records
         .into_iter()
@@ -262,7 +262,7 @@ async fn a_write_rolled_back_to_break_a_deadlock_is_written_again(pool: PgPool) 
     use app::keys::spend::Settlement;
 
     let (_app, _stripe, _key, key) = proxy_with_key(pool.clone(), 1_000_000).await;
-    let ledger = Ledger::start(pool.clone(), 64);
+    let ledger = Ledger::start(&pool, 64);
     let Ok(Reserved::New { reservation_id, .. }) = ledger.reserve(reserve_call(key, 1)).await
     else {
         panic!("reserved");
