@@ -73,9 +73,10 @@ impl Database {
         let ledger_pool = PgPoolOptions::new()
             .max_connections(args.db_ledger_connections.max(2) - 1)
             .acquire_timeout(std::time::Duration::from_secs(5))
-            // No ping before every lookup: one more round trip on the
-            // proxy's path. A connection that broke fails its query, which
-            // refuses its call (fail closed), and is then replaced.
+            // No ping before every lookup or ledger write: one more round
+            // trip on the proxy's path. A connection that broke fails its
+            // query, which refuses its calls (fail closed), and is then
+            // replaced.
             .test_before_acquire(false)
             .connect_lazy_with(app);
         let protection = audit_chain::log_protection(&pool).await?;

@@ -39,15 +39,9 @@
 //! calls are turned away before anything is reserved
 //! ([`LedgerError::Overloaded`]).
 
-use std::{
-    fmt,
-    future::Future,
-    mem,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{fmt, future::Future, mem, sync::Arc, time::Instant};
 
-use sqlx::{postgres::PgPoolOptions, PgPool};
+use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
@@ -93,9 +87,10 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Starts the writer on a connection of its own to `pool`'s database
-    /// (one more than `pool` holds); at most `reserve_queue` calls wait for
-    /// a reservation. It stops when the last clone is dropped.
+    /// Starts the writer on a connection of its own, opened as `pool`
+    /// opens its own (one more than `pool` holds); at most `reserve_queue`
+    /// calls wait for a reservation. It stops when the last clone is
+    /// dropped.
     pub fn start(pool: &PgPool, reserve_queue: usize) -> Self {
         // One connection, so one backend does every write with its plans
         // and caches warm: taking whichever of a pool's connections was
@@ -103,12 +98,11 @@ impl Ledger {
         // and one instead cut PostgreSQL's CPU per call at 8 in flight by
         // 11-24 % (three alternated runs). A connection that broke fails its
         // batch, which refuses its calls (fail closed), and is then
-        // replaced. No ping before every batch: it was one more round trip
-        // per write.
-        let writer = PgPoolOptions::new()
+        // replaced.
+        let writer = pool
+            .options()
+            .clone()
             .max_connections(1)
-            .acquire_timeout(Duration::from_secs(5))
-            .test_before_acquire(false)
             .connect_lazy_with((*pool.connect_options()).clone());
         let (reserve, reserves) = mpsc::channel(reserve_queue.max(1));
         // Settlements are never turned away (Stripe has answered them): a
