@@ -343,19 +343,22 @@ async fn measure(db: &BenchDatabase, args: &ProxyBenchArgs) -> anyhow::Result<()
     }
     println!(
         "\nledger writes per load: calls each and ms each (commit included), the \
-         share of the run the one writer spent writing, and its turns over {STALLED_SECS} s"
+         share of the run the one writer spent writing, the share of its turns over \
+         {SLOW_SECS} s (a call alone waits for two: from 0.5 % on, slow turns set its p99) and \
+         its turns over {STALLED_SECS} s"
     );
     println!(
-        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "load", "in flight", "reserve", "ms", "record", "ms", "busy", "stalled"
+        "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "load", "in flight", "reserve", "ms", "record", "ms", "busy", "slow", "stalled"
     );
     for (load, measured, _) in &results {
         if let Some(batches) = &measured.batches {
             let [reserve_calls, reserve_ms] = batches.reserve.per_batch();
             let [record_calls, record_ms] = batches.record.per_batch();
             let busy = 100.0 * batches.writing / measured.seconds;
+            let slow = 100.0 * batches.slow / batches.turns.max(1.0);
             println!(
-                "{:<18} {:>9} {reserve_calls:>9.1} {reserve_ms:>9.2} {record_calls:>9.1} {record_ms:>9.2} {busy:>8.0}% {:>9.0}",
+                "{:<18} {:>9} {reserve_calls:>9.1} {reserve_ms:>9.2} {record_calls:>9.1} {record_ms:>9.2} {busy:>8.0}% {slow:>8.1}% {:>9.0}",
                 load.name, load.in_flight, batches.stalled
             );
         }
@@ -536,6 +539,9 @@ struct Batches {
     record: Writes,
     /// Seconds the one writer was writing (both kinds together).
     writing: f64,
+    /// The writer's turns, and those that took longer than [`SLOW_SECS`].
+    turns: f64,
+    slow: f64,
     /// Turns of the writer that took longer than [`STALLED_SECS`]: every
     /// call waiting meanwhile waited as long.
     stalled: f64,
@@ -544,6 +550,12 @@ struct Batches {
 /// A turn of the ledger writer this long is a stall: 5-10 times a turn at
 /// 64 calls in flight. A bucket bound of `vaultcap_ledger_write_seconds`.
 const STALLED_SECS: &str = "0.025";
+
+/// A turn this long is slow for a call alone: with its other turn (0.5-1.1
+/// ms there) it takes more than the 3 ms issue 20 allows the call's p99.
+/// Telling these apart shows whether a missed p99 was PostgreSQL's commits
+/// or the rest of the call. A bucket bound too.
+const SLOW_SECS: &str = "0.002";
 
 impl Batches {
     fn since(&self, before: &Self) -> Self {
@@ -556,6 +568,8 @@ impl Batches {
             reserve: minus(self.reserve, before.reserve),
             record: minus(self.record, before.record),
             writing: self.writing - before.writing,
+            turns: self.turns - before.turns,
+            slow: self.slow - before.slow,
             stalled: self.stalled - before.stalled,
         }
     }
@@ -586,14 +600,20 @@ async fn batches(client: &reqwest::Client, base: &str) -> anyhow::Result<Batches
             seconds: series("vaultcap_ledger_batch_seconds_sum"),
         }
     };
-    let quick = value(format!(
-        "vaultcap_ledger_write_seconds_bucket{{le=\"{STALLED_SECS}\"}}"
-    ));
+    let turns = value("vaultcap_ledger_write_seconds_count".into());
+    let over = |bound| {
+        turns
+            - value(format!(
+                "vaultcap_ledger_write_seconds_bucket{{le=\"{bound}\"}}"
+            ))
+    };
     Ok(Batches {
         reserve: writes("reserve"),
         record: writes("record"),
         writing: value("vaultcap_ledger_write_seconds_sum".into()),
-        stalled: value("vaultcap_ledger_write_seconds_count".into()) - quick,
+        turns,
+        slow: over(SLOW_SECS),
+        stalled: over(STALLED_SECS),
     })
 }
 
